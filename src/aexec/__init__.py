@@ -1,0 +1,47 @@
+"""aexec — the observation layer of an LLM coding harness.
+
+A model proposes code; aexec runs it under a declared boundary and answers with one
+structured `ExecutionObservation` per run::
+
+    obs = await aexec.observe(aexec.Candidate("run_entry", "snippet", code="print(1)"))
+"""
+
+from __future__ import annotations
+
+from ._api import VERSION as __version__
+from ._api import observe, observe_many
+from ._errors import AexecError, RequestError
+from ._records import (
+    Candidate,
+    Environment,
+    ExecutionObservation,
+    Failure,
+    Flags,
+    FsBoundary,
+    Policy,
+    ResourceUsage,
+    TestResult,
+)
+from ._serde import candidate as candidate_from_json
+from ._serde import dumps, structure, unstructure
+
+__all__ = [
+    "AexecError",
+    "Candidate",
+    "Environment",
+    "ExecutionObservation",
+    "Failure",
+    "Flags",
+    "FsBoundary",
+    "Policy",
+    "RequestError",
+    "ResourceUsage",
+    "TestResult",
+    "__version__",
+    "candidate_from_json",
+    "dumps",
+    "observe",
+    "observe_many",
+    "structure",
+    "unstructure",
+]

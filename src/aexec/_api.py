@@ -1,0 +1,418 @@
+"""``observe`` and ``observe_many``: the stages wired into one pipeline.
+
+    (a) classify → (b) declare the policy → (f) cache key → (c) execute → (d) parse
+    → (e) normalize → (g) assemble, with the FAIL_TO_PASS before-run and the
+    confirming re-run of a passing suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import attrs
+import structlog
+
+from . import _serde
+from ._assemble import Run, assemble, ran_tests, reconcile, refused, touches_oracle, unobserved
+from ._cache import DiskCache, Inflight, cache_key
+from ._classify import Classification, Runner, check
+from ._errors import RequestError
+from ._execute import Invocation, Isolation, detect_isolation, execute
+from ._normalize import failures
+from ._parse import SNIPPET_NAME, parse
+from ._policy import declare, limits, with_scratch
+from ._records import Candidate, Environment, ExecutionObservation
+from ._types import TestVerdict
+from ._workspace import (
+    DRIVER,
+    PYTEST_CONFIGS,
+    PatchError,
+    Scratch,
+    apply_patch,
+    artifact_version,
+    candidate_env,
+    changed_state,
+    hash_tree,
+    import_roots,
+    make_scratch,
+    make_view,
+    patch_paths,
+    pytest_config,
+    remove_scratch,
+    snapshot,
+)
+
+log = structlog.get_logger(__name__)
+
+VERSION = "0.1.0"
+#: How pytest is run for every candidate: no cache provider (nothing written into the
+#: repo view), no colour; plugins are not auto-loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+PYTEST_ARGS = ("-p", "no:cacheprovider", "--color=no", "-q")
+
+_PROBE = (
+    "import sys, json, platform, hashlib, importlib.metadata as m\n"
+    "dists = sorted({f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()})\n"
+    "pt = [d for d in dists if d.lower().startswith('pytest==')]\n"
+    "print(json.dumps({'version': platform.python_implementation() + ' ' + platform.python_version()"
+    " + ('; ' + pt[0].replace('==', ' ') if pt else '; no pytest'),"
+    " 'fingerprint': hashlib.sha256('\\n'.join(dists).encode()).hexdigest()}))\n"
+)
+
+
+@attrs.frozen
+class _Toolchain:
+    path: str
+    version: str
+    fingerprint: str
+
+
+_toolchains: dict[tuple[str, int], _Toolchain] = {}
+
+
+async def _toolchain(python: str) -> _Toolchain:
+    """The interpreter's version and installed distributions (part of the cache key)."""
+    try:
+        stamp = os.stat(python).st_mtime_ns
+    except OSError as e:
+        raise RequestError(f"python: {python!r} does not exist") from e
+    got = _toolchains.get((python, stamp))
+    if got is None:
+        done = await anyio.run_process(
+            [python, "-s", "-c", _PROBE],
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            check=False,
+        )
+        try:
+            info = json.loads(done.stdout)
+            got = _Toolchain(python, str(info["version"]), str(info["fingerprint"]))
+        except (ValueError, KeyError, TypeError):
+            msg = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
+            raise RequestError(f"python: {python!r} is not a usable interpreter ({msg[0]})") from None
+        _toolchains[(python, stamp)] = got
+    return got
+
+
+def _resolve_python(python: str | None) -> str:
+    if python is None:
+        return sys.executable
+    found = shutil.which(python) if os.sep not in python else python
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise RequestError(f"python: {python!r} is not an executable file")
+    return os.path.abspath(found)
+
+
+def validate(candidate: Candidate) -> tuple[Classification, Runner]:
+    """Check a candidate before anything runs; raises `RequestError` naming the field."""
+    classification, runner = check(candidate)
+    _resolve_python(candidate.python)
+    if candidate.repo is not None:
+        if not os.path.isdir(candidate.repo):
+            raise RequestError(f"repo: {candidate.repo!r} is not a directory")
+        for i, sel in enumerate(candidate.tests):
+            path = sel.split("::", 1)[0]
+            created = candidate.patch is not None and f"+++ b/{path}" in candidate.patch
+            if not created and not os.path.exists(os.path.join(candidate.repo, path)):
+                raise RequestError(f"tests[{i}]: {path!r} does not exist in repo {candidate.repo!r}")
+    return classification, runner
+
+
+class _Session:
+    """What the candidates of one call share: process slots, caches, the boundary."""
+
+    def __init__(self, limit: int, cache_dir: str | None) -> None:
+        self.slots = anyio.CapacityLimiter(limit)
+        self.cache = None if cache_dir is None else DiskCache(cache_dir)
+        self.observations: Inflight[ExecutionObservation] = Inflight()
+        self.befores: Inflight[dict[str, TestVerdict]] = Inflight()
+        self.isolation: Isolation = detect_isolation()
+
+
+def _modules(paths: Iterable[str], roots: list[str], work: str) -> list[str]:
+    """Importable module names of the non-test Python files a patch touches."""
+    out: list[str] = []
+    for p in paths:
+        base = os.path.basename(p)
+        if not p.endswith(".py") or base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py":
+            continue
+        full = os.path.join(work, p)
+        if not os.path.isfile(full):
+            continue
+        for root in sorted(roots, key=len, reverse=True):
+            if full.startswith(root + os.sep):
+                parts = os.path.relpath(full, root)[:-3].split(os.sep)
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                if parts and all(x.isidentifier() for x in parts):
+                    out.append(".".join(parts))
+                break
+    return list(dict.fromkeys(out))
+
+
+async def _run_once(
+    session: _Session,
+    candidate: Candidate,
+    runner: Runner,
+    env: Environment,
+    python: str,
+    *,
+    patch: str | None,
+    touched: list[str],
+) -> tuple[Run, bool]:
+    """One execution in a fresh scratch root: (the run, whether pytest config changed)."""
+    scratch: Scratch = make_scratch()
+    try:
+        await anyio.to_thread.run_sync(make_view, scratch, candidate.repo)
+        config_changed = False
+        if patch is not None:
+            await apply_patch(scratch, patch)
+            assert candidate.repo is not None
+            config_changed = any(
+                pytest_config(candidate.repo, n) != pytest_config(scratch.work, n)
+                for n in PYTEST_CONFIGS
+            )
+        snippet = None
+        if candidate.code is not None:
+            snippet = os.path.join(scratch.private, SNIPPET_NAME)
+            with open(snippet, "w", encoding="utf-8") as f:
+                f.write(candidate.code)
+        lim = limits(env)
+        roots = import_roots(scratch.work) if candidate.repo is not None else [scratch.work]
+        report = os.path.join(scratch.private, "report.jsonl")
+        spec: dict[str, Any] = {
+            "runner": runner,
+            "report": report,
+            "cwd": scratch.work,
+            "sys_path": roots,
+            "rlimits": {
+                "RLIMIT_AS": lim.address_space_bytes,
+                "RLIMIT_CPU": lim.cpu_seconds,
+                "RLIMIT_FSIZE": lim.file_size_bytes,
+            },
+            "snippet": snippet,
+            "argv": list(candidate.command or ()),
+            "pytest_args": [*PYTEST_ARGS, f"--rootdir={scratch.work}", *candidate.tests],
+            "import_modules": _modules(touched, roots, scratch.work),
+        }
+        spec_path = os.path.join(scratch.private, "spec.json")
+        with open(spec_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f)
+        before = snapshot(scratch.root)
+        invocation = Invocation(
+            argv=(python, "-s", DRIVER, spec_path),
+            cwd=scratch.work,
+            env=candidate_env(scratch, python),
+            timeout_s=env.timeout_s,
+            report_path=report,
+        )
+        async with session.slots:
+            raw = await execute(invocation, session.isolation)
+        evidence = parse(raw, runner, cwd=scratch.work, snippet=snippet)
+        run = Run(
+            evidence=evidence,
+            stdout=raw.stdout,
+            stderr=raw.stderr,
+            cwd=scratch.work,
+            scratch_root=scratch.root,
+            changed_state=changed_state(before, scratch.root),
+            cpu_s=raw.cpu_s,
+            peak_ram_mib=raw.peak_ram_mib,
+        )
+        return run, config_changed
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(remove_scratch, scratch)
+
+
+async def _observe_one(session: _Session, candidate: Candidate, classification: Classification, runner: Runner) -> ExecutionObservation:
+    blog = log.bind(candidate=candidate.id)
+    python = _resolve_python(candidate.python)
+    tool = await _toolchain(python)
+    env = declare(
+        classification.mode,
+        candidate.policy,
+        toolchain=python,
+        toolchain_version=tool.version,
+        enforced=session.isolation.enforced,
+        repo_view="copy" if candidate.repo is not None else "none",
+        max_cores=float(os.cpu_count() or 1),
+    )
+    blog.debug("classified", mode=classification.mode, runner=runner, probe_gated=classification.probe_gated)
+    repo_hash = None
+    if candidate.repo is not None:
+        repo_hash = await anyio.to_thread.run_sync(hash_tree, candidate.repo)
+    version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
+    declared = _serde.unstructure_env(env)
+    command = {"runner": runner, "tests": list(candidate.tests), "pytest_args": list(PYTEST_ARGS)}
+    key = cache_key(aexec=VERSION, code=version, environment=declared, command=command, toolchain=tool.fingerprint)
+    blog.debug("policy", timeout_s=env.timeout_s, ram_mib=env.ram_cap_mib, cache_key=key[:12])
+    if session.cache is not None:
+        hit = session.cache.get(key)
+        if hit is not None:
+            try:
+                obs = _serde.structure(hit)
+            except Exception as e:  # a stale or foreign entry: observe afresh
+                blog.warning("cache_entry_invalid", error=str(e))
+            else:
+                blog.info("cache_hit", cache_key=key[:12])
+                return attrs.evolve(obs, id=candidate.id, cache_hit=True)
+
+    async def witness() -> ExecutionObservation:
+        obs = await _witness(session, candidate, classification, runner, env, python, tool, repo_hash, version, key, declared)
+        if session.cache is not None:
+            session.cache.put(key, _serde.unstructure(obs))
+        return obs
+
+    obs, shared = await session.observations.run(key, witness)
+    return attrs.evolve(obs, id=candidate.id, cache_hit=True) if shared else obs
+
+
+async def _before_run(
+    session: _Session, candidate: Candidate, runner: Runner, env: Environment, python: str,
+    tool: _Toolchain, repo_hash: str | None, declared: Mapping[str, Any],
+) -> dict[str, TestVerdict]:
+    """Per-test verdicts of the selection on the unpatched repo (cached, shared)."""
+    key = cache_key(
+        aexec=VERSION, role="before", code=artifact_version(repo_hash, None, None, None),
+        environment=declared, tests=list(candidate.tests), toolchain=tool.fingerprint,
+    )
+    if session.cache is not None:
+        hit = session.cache.get(key)
+        if isinstance(hit, dict):
+            return {str(k): v for k, v in hit.items()}
+
+    async def run() -> dict[str, TestVerdict]:
+        done, _ = await _run_once(session, candidate, runner, env, python, patch=None, touched=[])
+        verdicts = {t.nodeid: t.verdict for t in done.evidence.tests}
+        if session.cache is not None:
+            session.cache.put(key, verdicts)
+        return verdicts
+
+    verdicts, _ = await session.befores.run(key, run)
+    return verdicts
+
+
+async def _witness(
+    session: _Session, candidate: Candidate, classification: Classification, runner: Runner,
+    env: Environment, python: str, tool: _Toolchain, repo_hash: str | None, version: str,
+    key: str, declared: Mapping[str, Any],
+) -> ExecutionObservation:
+    blog = log.bind(candidate=candidate.id)
+    common = {"ident": candidate.id, "classification": classification, "artifact_version": version, "cache_key": key, "aexec_version": VERSION}
+    touched: list[str] = []
+    before: dict[str, TestVerdict] | None = None
+    try:
+        if candidate.patch is not None:
+            touched = await anyio.to_thread.run_sync(patch_paths, candidate.patch)
+        async with anyio.create_task_group() as tg:
+            if runner == "pytest" and candidate.patch is not None:
+
+                async def get_before() -> None:
+                    nonlocal before
+                    before = await _before_run(session, candidate, runner, env, python, tool, repo_hash, declared)
+
+                tg.start_soon(get_before)
+            run, config_changed = await _run_once(session, candidate, runner, env, python, patch=candidate.patch, touched=touched)
+    except PatchError as e:
+        blog.info("patch_refused", error=str(e))
+        return refused(environment=env, message=f"patch does not apply: {e}", **common)
+    blog.info("executed", exit_code=run.evidence.exit_code, timed_out=run.evidence.timed_out, duration=round(run.evidence.duration, 3))
+    reverified: bool | None = None
+    if runner == "pytest" and not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests):
+        again, _ = await _run_once(session, candidate, runner, env, python, patch=candidate.patch, touched=touched)
+        merged, agreed = reconcile(run.evidence, again.evidence)
+        reverified = agreed
+        if not agreed:
+            blog.warning("nondeterministic", cache_key=key[:12])
+            run = attrs.evolve(again, evidence=merged)
+    tampered = candidate.patch is not None and touches_oracle(touched, candidate.tests, config_changed)
+    obs = assemble(
+        environment=with_scratch(env, run.scratch_root), run=run, before=before,
+        reverified=reverified, tampered=tampered, **common,
+    )
+    blog.info("observed", verdict=obs.verdict, failure_class=obs.failure.failure_class if obs.failure else None)
+    return obs
+
+
+def _unobserved(candidate: Candidate, classification: Classification, error: BaseException) -> ExecutionObservation:
+    return unobserved(
+        ident=candidate.id, classification=classification,
+        message=f"{type(error).__name__}: {error}", aexec_version=VERSION,
+    )
+
+
+async def observe(candidate: Candidate, *, cache_dir: str | None = None) -> ExecutionObservation:
+    """Run one candidate under its declared boundary and return its observation.
+
+    Raises `RequestError` (before anything runs) when the candidate is malformed; a
+    candidate that fails is an observation, not an exception.
+
+    **Cancellation:** cancelling the call kills every process of the run (the whole
+    tree, in its PID namespace) and removes its scratch roots, in shielded scopes,
+    then re-raises the cancellation. Nothing of the run outlives the call.
+    """
+    return (await observe_many([candidate], cache_dir=cache_dir))[0]
+
+
+async def observe_many(
+    candidates: Iterable[Candidate],
+    *,
+    limit: int | None = None,
+    cache_dir: str | None = None,
+    on_observation: Callable[[int, ExecutionObservation], None] | None = None,
+) -> list[ExecutionObservation]:
+    """Observe many candidates concurrently; the results are in input order.
+
+    At most ``limit`` candidate processes run at once (default: the CPU count).
+    Identical candidates (same code, environment and command) run once and share the
+    observation, as do the FAIL_TO_PASS before-runs of candidates on one repo. With
+    ``cache_dir``, observations persist across calls. ``on_observation(index, obs)`` is
+    called as each one is assembled. Every candidate is checked before anything runs; a
+    malformed one raises `RequestError` naming its index. An error inside aexec while
+    observing one candidate yields an observation with ``verdict == "error"`` for it and
+    leaves the others untouched.
+
+    **Cancellation:** cancelling the call kills every running candidate's process tree
+    and removes every scratch root, in shielded scopes, then re-raises; observations
+    already passed to ``on_observation`` stay valid.
+    """
+    items = list(candidates)
+    checked = []
+    for i, c in enumerate(items):
+        try:
+            checked.append(validate(c))
+        except RequestError as e:
+            raise RequestError(f"candidate {i} ({c.id!r}): {e}") from None
+    slots = limit if limit is not None else (os.cpu_count() or 1)
+    if slots < 1:
+        raise RequestError(f"limit must be >= 1, got {slots}")
+    session = _Session(slots, cache_dir)
+    results: list[ExecutionObservation | None] = [None] * len(items)
+    send, receive = anyio.create_memory_object_stream[int](max_buffer_size=len(items) or 1)
+    for i in range(len(items)):
+        send.send_nowait(i)
+    send.close()
+
+    async def worker() -> None:
+        async for i in receive:
+            classification, runner = checked[i]
+            try:
+                obs = await _observe_one(session, items[i], classification, runner)
+            except Exception as e:
+                log.exception("observation_failed", candidate=items[i].id)
+                obs = _unobserved(items[i], classification, e)
+            results[i] = obs
+            if on_observation is not None:
+                on_observation(i, obs)
+
+    with receive:
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(len(items), 4 * slots + 4)):
+                tg.start_soon(worker)
+    return [r for r in results if r is not None]

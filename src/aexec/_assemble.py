@@ -1,0 +1,238 @@
+"""Stage (g): observation assembly and its guards (spec §3.7). Pure: no I/O.
+
+Guards: empty success (nothing failed, no test ran → flagged, never a pass), the
+determinism check (a passing suite's confirming re-run must agree), and the diff-scope
+anti-gaming check (a patch that touches the oracle is flagged ``tampered``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from ._classify import Classification
+from ._normalize import failures, signal_name
+from ._parse import Evidence, ParsedTest
+from ._records import (
+    Environment,
+    ExecutionObservation,
+    Failure,
+    Flags,
+    FsBoundary,
+    ResourceUsage,
+    TestResult,
+)
+from ._types import TestVerdict, Verdict
+
+#: Names that configure pytest wherever they stand.
+PYTEST_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml"})
+
+_WORSE: dict[TestVerdict, int] = {"passed": 0, "skipped": 1, "failed": 2, "errored": 3}
+
+
+def touches_oracle(paths: Iterable[str], selectors: Iterable[str], config_changed: bool) -> bool:
+    """The diff-scope check: does a patch touch a selected test file or pytest's config?"""
+    if config_changed:
+        return True
+    targets = [s.split("::", 1)[0].rstrip("/") for s in selectors]
+    for path in paths:
+        name = posixpath.basename(path)
+        if name in PYTEST_FILES:
+            return True
+        if not targets and (name.startswith("test_") or name.endswith("_test.py")):
+            return True  # the whole suite is selected: every test file is the oracle
+        for t in targets:
+            if path == t or path.startswith(t + "/") or t in ("", "."):
+                return True
+    return False
+
+
+def ran_tests(tests: Iterable[ParsedTest]) -> int:
+    return sum(1 for t in tests if t.verdict != "skipped")
+
+
+def reconcile(first: Evidence, second: Evidence) -> tuple[Evidence, bool]:
+    """Merge a passing run with its confirming re-run: (the evidence to believe, agreed)."""
+    a = {t.nodeid: t.verdict for t in first.tests}
+    b = {t.nodeid: t.verdict for t in second.tests}
+    if a == b and not failures(second, 0.0):
+        return first, True
+    merged = {n: max(a.get(n, "errored"), b.get(n, "errored"), key=_WORSE.__getitem__) for n in a | b}
+    return attrs.evolve(second, tests=tuple(ParsedTest(n, v) for n, v in merged.items())), False
+
+
+def tag(after: Iterable[ParsedTest], before: Mapping[str, TestVerdict] | None) -> tuple[TestResult, ...]:
+    """FAIL_TO_PASS: failed, errored or absent before, passed after. PASS_TO_PASS: passed both."""
+    out = []
+    for t in after:
+        prior = None if before is None else before.get(t.nodeid, "absent")
+        out.append(
+            TestResult(
+                test=t.nodeid,
+                verdict=t.verdict,
+                f2p=t.verdict == "passed" and prior in ("failed", "errored", "absent"),
+                p2p=t.verdict == "passed" and prior == "passed",
+            )
+        )
+    return tuple(out)
+
+
+def verdict_of(failure: Failure | None, flags: Flags) -> Verdict:
+    if flags.tampered:
+        return "tampered"
+    if failure is not None:
+        return "fail"
+    if flags.empty_success:
+        return "empty_success"
+    return "pass"
+
+
+@attrs.frozen
+class Run:
+    """One execution's evidence with where it happened."""
+
+    evidence: Evidence
+    stdout: str
+    stderr: str
+    cwd: str
+    scratch_root: str
+    changed_state: str
+    cpu_s: float | None
+    peak_ram_mib: int | None
+
+
+def assemble(
+    *,
+    ident: str | int | None,
+    classification: Classification,
+    environment: Environment,
+    artifact_version: str,
+    run: Run,
+    before: Mapping[str, TestVerdict] | None,
+    reverified: bool | None,
+    tampered: bool,
+    cache_key: str,
+    aexec_version: str,
+) -> ExecutionObservation:
+    """The single `ExecutionObservation` of a run. ``reverified`` is None when no re-run happened."""
+    ev = run.evidence
+    found = failures(ev, environment.timeout_s)
+    primary = found[0].failure if found else None
+    flags = Flags(
+        empty_success=primary is None and ran_tests(ev.tests) == 0,
+        tampered=tampered,
+        nondeterministic=reverified is False,
+        parse_uncertain=ev.parse_uncertain,
+        reverified=reverified is True,
+    )
+    cpu = None
+    if run.cpu_s is not None and ev.duration > 0:
+        cpu = round(min(1.0, run.cpu_s / (ev.duration * environment.cpu_cap_cores)), 4)
+    return ExecutionObservation(
+        id=ident,
+        action=classification.mode,
+        verdict=verdict_of(primary, flags),
+        environment=environment,
+        cwd=run.cwd,
+        artifact_version=artifact_version,
+        exit_code=ev.exit_code,
+        signal=None if ev.signal is None else signal_name(ev.signal),
+        duration=round(ev.duration, 6),
+        timed_out=ev.timed_out,
+        stdout=run.stdout,
+        stderr=run.stderr,
+        exception=found[0].exception if found else None,
+        changed_state=run.changed_state,
+        test_results=tag(ev.tests, before),
+        resource_usage=ResourceUsage(peak_cpu=cpu, peak_ram_mib=run.peak_ram_mib),
+        failure=primary,
+        failures=tuple(f.failure for f in found),
+        flags=flags,
+        request_type=classification.request_type,
+        probe_gated=classification.probe_gated,
+        cache_key=cache_key,
+        aexec_version=aexec_version,
+    )
+
+
+def refused(
+    *,
+    ident: str | int | None,
+    classification: Classification,
+    environment: Environment,
+    artifact_version: str,
+    message: str,
+    cache_key: str,
+    aexec_version: str,
+) -> ExecutionObservation:
+    """The observation of a candidate whose patch could not be applied: nothing ran.
+
+    The artifact does not build, so the class is ``compile``, located at the patch.
+    """
+    failure = Failure("compile", "patch", message, None, 0.0)
+    return ExecutionObservation(
+        id=ident,
+        action=classification.mode,
+        verdict="fail",
+        environment=environment,
+        cwd="",
+        artifact_version=artifact_version,
+        exit_code=None,
+        duration=0.0,
+        timed_out=False,
+        stdout="",
+        stderr="",
+        exception=None,
+        changed_state="nothing ran",
+        test_results=(),
+        resource_usage=ResourceUsage(),
+        failure=failure,
+        failures=(failure,),
+        flags=Flags(),
+        request_type=classification.request_type,
+        probe_gated=classification.probe_gated,
+        cache_key=cache_key,
+        aexec_version=aexec_version,
+    )
+
+
+def unobserved(
+    *, ident: str | int | None, classification: Classification, message: str, aexec_version: str
+) -> ExecutionObservation:
+    """aexec itself failed to observe this candidate: say so, claim nothing else."""
+    env = Environment(
+        toolchain="",
+        toolchain_version="",
+        cpu_cap_cores=0.0,
+        ram_cap_mib=0,
+        timeout_s=0.0,
+        fs_boundary=FsBoundary("", repo_ro=False),
+        network="deny_by_default",
+        stdout_cap_kib=0,
+        stderr_cap_kib=0,
+    )
+    return ExecutionObservation(
+        id=ident,
+        action=classification.mode,
+        verdict="error",
+        environment=env,
+        cwd="",
+        artifact_version="",
+        exit_code=None,
+        duration=0.0,
+        timed_out=False,
+        stdout="",
+        stderr="",
+        exception=None,
+        changed_state="unknown",
+        test_results=(),
+        resource_usage=ResourceUsage(),
+        failure=None,
+        flags=Flags(),
+        request_type=classification.request_type,
+        probe_gated=classification.probe_gated,
+        error=message,
+        aexec_version=aexec_version,
+    )

@@ -1,0 +1,90 @@
+"""Stage (a): action classification (spec §3.1). Pure: no I/O, no model.
+
+``classify`` is the spec's table over ``request_type`` × ``artifact_shape``; ``plan``
+then says which runner executes the request, from the fields it carries.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from ._errors import RequestError
+from ._records import Candidate
+from ._types import ArtifactShape, Mode, RequestType
+
+#: What the in-candidate driver does: run pytest, a snippet or an argv; or compile.
+Runner = Literal["pytest", "snippet", "command", "compile_snippet", "compile_tree"]
+
+
+@attrs.frozen
+class Classification:
+    mode: Mode
+    request_type: RequestType
+    artifact: str
+    #: True only for ``discriminate``: arms (never fires) the one probe step of §4.
+    probe_gated: bool
+
+
+def classify(request_type: RequestType, artifact_shape: ArtifactShape, artifact: str = "") -> Classification:
+    """The §3.1 table, first match wins; anything else is ``targeted_execution``."""
+    mode: Mode = "targeted_execution"
+    if request_type == "build_check" and artifact_shape in ("patch", "snippet", "command"):
+        mode = "compile_parse"
+    elif request_type == "run_entry" and artifact_shape in ("snippet", "command"):
+        mode = "targeted_execution"
+    elif request_type == "run_suite" and artifact_shape == "test_subset":
+        mode = "test_execution"
+    elif request_type == "probe" and artifact_shape == "probe_program":
+        mode = "diagnostic_probe"
+    elif request_type == "discriminate":
+        mode = "diagnostic_probe"
+    return Classification(
+        mode=mode,
+        request_type=request_type,
+        artifact=artifact,
+        probe_gated=request_type == "discriminate",
+    )
+
+
+def plan(candidate: Candidate, mode: Mode) -> Runner:
+    """Which runner witnesses ``candidate`` in ``mode``; raises `RequestError` if none can."""
+    if mode == "test_execution":
+        if candidate.repo is None:
+            raise RequestError("run_suite needs `repo`")
+        return "pytest"
+    if mode == "compile_parse":
+        if candidate.code is not None:
+            return "compile_snippet"
+        if candidate.command is not None:
+            return "command"
+        if candidate.repo is not None:
+            return "compile_tree"
+        raise RequestError("build_check needs `code`, `command` or `repo`")
+    if candidate.code is not None:
+        return "snippet"
+    if candidate.command is not None:
+        return "command"
+    if candidate.repo is not None and candidate.tests:
+        return "pytest"
+    raise RequestError(f"{candidate.request_type} ({mode}) needs `code` or `command`")
+
+
+def check(candidate: Candidate) -> tuple[Classification, Runner]:
+    """Classify and plan ``candidate``, checking the fields its runner needs (no I/O)."""
+    c = classify(candidate.request_type, candidate.artifact_shape, candidate.id or "")
+    runner = plan(candidate, c.mode)
+    if candidate.command is not None and (
+        not candidate.command or not all(isinstance(a, str) for a in candidate.command)
+    ):
+        raise RequestError("`command` must be a non-empty list of strings")
+    if candidate.patch is not None and candidate.repo is None:
+        raise RequestError("`patch` needs `repo`")
+    if candidate.code is not None and "\x00" in candidate.code:
+        raise RequestError("`code` contains a NUL byte")
+    for i, sel in enumerate(candidate.tests):
+        path = sel.split("::", 1)[0]
+        if not sel or path.startswith("/") or ".." in path.split("/") or sel.startswith("-"):
+            raise RequestError(f"tests[{i}]: {sel!r} is not a selector relative to the repo")
+    return c, runner

@@ -1,0 +1,181 @@
+"""``aexec observe CASES.jsonl -o OBS.jsonl`` — the contract's command line.
+
+The only place that configures structlog and prints progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import TextIO
+
+import anyio
+import attrs
+import structlog
+
+from ._api import VERSION, observe_many, validate
+from ._errors import RequestError
+from ._records import Candidate, ExecutionObservation
+from ._serde import candidate as candidate_from_json
+from ._serde import dumps
+
+
+def default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "aexec")
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def read_cases(path: str) -> list[Candidate]:
+    """Parse and check every line; raises `RequestError` naming the first bad line."""
+    base = os.path.dirname(os.path.abspath(path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RequestError(f"{path}: cannot read: {e}") from None
+    out: list[Candidate] = []
+    errors: list[str] = []
+    ignored: Counter[str] = Counter()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            try:
+                data = json.loads(line)
+            except ValueError as e:
+                raise RequestError(f"bad JSON: {e}") from None
+            cand, extra = candidate_from_json(data)
+            ignored.update(extra)
+            if cand.repo is not None:
+                cand = attrs.evolve(cand, repo=os.path.normpath(os.path.join(base, cand.repo)))
+            validate(cand)
+            out.append(cand)
+        except RequestError as e:
+            errors.append(f"{path}:{number}: {e}")
+    if errors:
+        more = f" (and {len(errors) - 1} more malformed lines)" if len(errors) > 1 else ""
+        raise RequestError(errors[0] + more)
+    if ignored:
+        names = ", ".join(f"{k} ({n}×)" for k, n in sorted(ignored.items()))
+        print(f"aexec: ignoring fields the contract does not define: {names}", file=sys.stderr)
+    return out
+
+
+class _OrderedWriter:
+    """Writes observations to ``fd`` in input order, each line in one write()."""
+
+    def __init__(self, fd: int, count: int) -> None:
+        self.fd = fd
+        self.pending: dict[int, ExecutionObservation] = {}
+        self.next = 0
+        self.count = count
+
+    def put(self, index: int, obs: ExecutionObservation) -> None:
+        self.pending[index] = obs
+        while self.next in self.pending:
+            data = (dumps(self.pending.pop(self.next)) + "\n").encode("utf-8")
+            while data:
+                data = data[os.write(self.fd, data) :]
+            self.next += 1
+
+
+def _summary(observations: Sequence[ExecutionObservation], wall: float, out: TextIO) -> None:
+    verdicts = Counter(o.verdict for o in observations)
+    classes = Counter(o.failure.failure_class for o in observations if o.failure is not None)
+    hits = sum(o.cache_hit for o in observations)
+    parts = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+    cls = ", ".join(f"{c} {n}" for c, n in sorted(classes.items()))
+    print(
+        f"aexec: observed {len(observations)} requests in {wall:.1f} s: {parts or 'none'}"
+        + (f" | failure classes: {cls}" if cls else "")
+        + f" | cache hits: {hits}",
+        file=out,
+    )
+
+
+async def _observe(args: argparse.Namespace, cases: list[Candidate]) -> list[ExecutionObservation]:
+    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    writer = _OrderedWriter(fd, len(cases))
+    progress = None
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        progress = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+    try:
+        if progress is None:
+            return await observe_many(cases, limit=args.jobs, cache_dir=cache_dir, on_observation=writer.put)
+        with progress:
+            task = progress.add_task("observing", total=len(cases))
+
+            def seen(i: int, obs: ExecutionObservation) -> None:
+                writer.put(i, obs)
+                progress.advance(task)
+
+            return await observe_many(cases, limit=args.jobs, cache_dir=cache_dir, on_observation=seen)
+    finally:
+        os.close(fd)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="aexec", description="Run candidate code; observe what it does.")
+    p.add_argument("--version", action="version", version=f"aexec {VERSION}")
+    sub = p.add_subparsers(dest="command", required=True)
+    o = sub.add_parser("observe", help="observe every request of a JSONL file")
+    o.add_argument("cases", help="the requests, one JSON object per line")
+    o.add_argument("-o", "--output", required=True, help="where the observations go (JSONL)")
+    o.add_argument("--jobs", type=int, default=None, help="candidate processes at once (default: CPU count)")
+    g = o.add_mutually_exclusive_group()
+    g.add_argument("--cache-dir", default=None, help=f"behavioural cache (default: {default_cache_dir()})")
+    g.add_argument("--no-cache", action="store_true", help="observe everything afresh, store nothing")
+    o.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    if args.jobs is not None and args.jobs < 1:
+        print(f"aexec: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        return 2
+    try:
+        cases = read_cases(args.cases)
+    except RequestError as e:
+        print(f"aexec: {e}", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    observations = anyio.run(_observe, args, cases)
+    _summary(observations, time.monotonic() - start, sys.stderr)
+    errors = [o for o in observations if o.verdict == "error"]
+    for o in errors:
+        print(f"aexec: could not observe {o.id!r}: {o.error}", file=sys.stderr)
+    return 1 if errors or len(observations) != len(cases) else 0

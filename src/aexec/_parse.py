@@ -1,0 +1,214 @@
+"""Stage (d): evidence parsing (spec §3.4), Python toolchain. Pure: no I/O.
+
+The driver inside the candidate reports through pytest's own hooks and through the
+exceptions it catches, so most evidence arrives already structured. For a ``command``,
+or when the report is missing, stderr is read by the interpreter's traceback convention;
+output that follows no convention is flagged ``parse_uncertain``, never guessed at.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import re
+from typing import Any
+
+import attrs
+
+from ._classify import Runner
+from ._records import RawRun
+from ._types import FRAME_CAP, MESSAGE_CAP_CHARS, TestVerdict
+
+#: The name the snippet is shown under in locations.
+SNIPPET_NAME = "snippet.py"
+
+
+@attrs.frozen
+class Frame:
+    file: str
+    line: int
+    name: str
+
+
+@attrs.frozen
+class RaisedError:
+    """One exception the candidate raised, as data."""
+
+    type: str
+    bases: tuple[str, ...]
+    message: str
+    frames: tuple[Frame, ...]
+    #: Where it was raised: ``collect setup call teardown`` (pytest), ``run`` (a snippet),
+    #: ``compile``/``import`` (a build check), ``spawn``, or ``stderr`` (read from text).
+    phase: str
+    nodeid: str | None = None
+    errno: int | None = None
+    #: True when it was raised by module-level code while importing a module.
+    at_import: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.type.rsplit(".", 1)[-1]
+
+    def is_a(self, builtin: str) -> bool:
+        return f"builtins.{builtin}" in self.bases
+
+
+@attrs.frozen
+class ParsedTest:
+    nodeid: str
+    verdict: TestVerdict
+
+
+@attrs.frozen
+class Evidence:
+    runner: Runner
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    duration: float
+    tests: tuple[ParsedTest, ...]
+    errors: tuple[RaisedError, ...]
+    #: The test that was running when the run ended without finishing it.
+    in_flight: str | None
+    #: pytest's own exit status, when pytest got to report one.
+    pytest_exit: int | None
+    parse_uncertain: bool
+
+
+def _display(path: str, cwd: str, snippet: str | None) -> str:
+    if snippet is not None and path == snippet:
+        return SNIPPET_NAME
+    if path.startswith(cwd + os.sep):
+        return os.path.relpath(path, cwd)
+    return path
+
+
+def _at_import(frames: tuple[Frame, ...]) -> bool:
+    """Module-level code of an imported module is on the stack (not the snippet's own)."""
+    return any(
+        f.name == "<module>" and not f.file.startswith("<") and f.file != SNIPPET_NAME
+        for f in frames
+    )
+
+
+def _error(rec: dict[str, Any], cwd: str, snippet: str | None) -> RaisedError:
+    frames = tuple(
+        Frame(_display(str(f[0]), cwd, snippet), int(f[1] or 0), str(f[2]))
+        for f in rec.get("frames") or ()
+        if isinstance(f, list) and len(f) == 3
+    )[-FRAME_CAP:]
+    phase = str(rec.get("phase") or "run")
+    return RaisedError(
+        type=str(rec.get("type") or "builtins.Exception"),
+        bases=tuple(str(b) for b in rec.get("bases") or ()),
+        message=str(rec.get("message") or "")[:MESSAGE_CAP_CHARS],
+        frames=frames,
+        phase=phase,
+        nodeid=rec.get("nodeid"),
+        errno=rec.get("errno") if isinstance(rec.get("errno"), int) else None,
+        at_import=phase in ("collect", "import") or _at_import(frames),
+    )
+
+
+_FILE_LINE = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+)(?:, in (?P<name>.+))?$')
+_EXC_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Iteration|Warning))"
+    r"(?::\s?(?P<msg>.*))?$"
+)
+
+
+def _builtin_bases(name: str) -> tuple[str, ...]:
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        return tuple(f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__)
+    return ()
+
+
+def traceback_from_text(text: str, cwd: str) -> RaisedError | None:
+    """The last Python traceback in ``text``, by the interpreter's printing convention."""
+    lines = text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _EXC_LINE.match(lines[i])
+        if not m:
+            continue
+        frames: list[Frame] = []
+        for line in lines[max(0, i - 4 * FRAME_CAP) : i]:
+            if line.startswith("Traceback (most recent call last):"):
+                frames = []
+            fm = _FILE_LINE.match(line)
+            if fm:
+                frames.append(
+                    Frame(_display(fm["file"], cwd, None), int(fm["line"]), fm["name"] or "<module>")
+                )
+        if not frames:
+            continue  # an exception name with no traceback above it is not a traceback
+        name = m["type"]
+        short = name.rsplit(".", 1)[-1]
+        bases = _builtin_bases(short) if "." not in name else ()
+        return RaisedError(
+            type=f"builtins.{short}" if bases else name,
+            bases=bases or (name,),
+            message=(m["msg"] or "")[:MESSAGE_CAP_CHARS],
+            frames=tuple(frames[-FRAME_CAP:]),
+            phase="stderr",
+            at_import=_at_import(tuple(frames)),
+        )
+    return None
+
+
+def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evidence:
+    """Turn raw artifacts into structured evidence. Same input, same output."""
+    errors: list[RaisedError] = []
+    tests: dict[str, TestVerdict] = {}
+    started: list[str] = []
+    pytest_exit: int | None = None
+    exited = False  # the snippet raised SystemExit
+    signal = raw.signal
+    exit_code = raw.exit_code
+    for rec in raw.records:
+        kind = rec["kind"]
+        if kind == "exception":
+            errors.append(_error(rec, cwd, snippet))
+        elif kind == "start" and isinstance(rec.get("nodeid"), str):
+            started.append(rec["nodeid"])
+        elif kind == "test" and isinstance(rec.get("nodeid"), str):
+            verdict = rec.get("verdict")
+            if verdict in ("passed", "failed", "errored", "skipped"):
+                tests[rec["nodeid"]] = verdict
+        elif kind == "end" and isinstance(rec.get("exitstatus"), int):
+            pytest_exit = rec["exitstatus"]
+        elif kind == "child" and isinstance(rec.get("signal"), int):
+            signal, exit_code = rec["signal"], None
+        elif kind == "exit":
+            exited = True
+    in_flight = next((n for n in reversed(started) if n not in tests), None)
+    if in_flight is not None and (raw.timed_out or pytest_exit is None):
+        tests[in_flight] = "errored"  # killed (or died) while it ran
+    else:
+        in_flight = None
+    failed_exit = (exit_code not in (0, None)) or signal is not None
+    if not errors and failed_exit and runner in ("command", "snippet") and not raw.timed_out:
+        found = traceback_from_text(raw.stderr, cwd)
+        if found is not None:
+            errors.append(found)
+    explained = (
+        raw.timed_out
+        or bool(errors)
+        or any(v in ("failed", "errored") for v in tests.values())
+        or (runner == "pytest" and pytest_exit is not None)
+        or exited
+    )
+    uncertain = raw.bad_records > 0 or (failed_exit and not explained)
+    return Evidence(
+        runner=runner,
+        exit_code=exit_code,
+        signal=signal,
+        timed_out=raw.timed_out,
+        duration=raw.duration,
+        tests=tuple(ParsedTest(n, v) for n, v in tests.items()),
+        errors=tuple(errors),
+        in_flight=in_flight,
+        pytest_exit=pytest_exit,
+        parse_uncertain=uncertain,
+    )

@@ -1,0 +1,87 @@
+"""Stage (b): the isolation policy (spec §3.2). Pure: no I/O.
+
+The policy is a fixed declaration per mode, with the request's declared overrides, and
+is recorded in the observation. The scratch root is filled in when the run has one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from ._errors import RequestError
+from ._records import Environment, FsBoundary, Policy
+from ._types import (
+    CPU_BACKSTOP_MARGIN_S,
+    DEFAULT_CPU_CORES,
+    DEFAULT_RAM_MIB,
+    DEFAULT_TIMEOUT_S,
+    MAX_RAM_MIB,
+    MAX_TIMEOUT_S,
+    MIN_RAM_MIB,
+    STREAM_CAP_BYTES,
+    Mode,
+)
+
+
+def declare(
+    mode: Mode,
+    overrides: Policy,
+    *,
+    toolchain: str,
+    toolchain_version: str,
+    enforced: dict[str, str],
+    repo_view: str,
+    max_cores: float,
+) -> Environment:
+    """The boundary a run in ``mode`` is held to. Raises `RequestError` on a bad override."""
+    timeout = DEFAULT_TIMEOUT_S[mode] if overrides.timeout_s is None else float(overrides.timeout_s)
+    ram = DEFAULT_RAM_MIB if overrides.ram_mib is None else overrides.ram_mib
+    cores = DEFAULT_CPU_CORES if overrides.cpu_cores is None else float(overrides.cpu_cores)
+    if not 0 < timeout <= MAX_TIMEOUT_S:
+        raise RequestError(f"policy.timeout_s must be in (0, {MAX_TIMEOUT_S:g}], got {timeout:g}")
+    if not isinstance(ram, int) or not MIN_RAM_MIB <= ram <= MAX_RAM_MIB:
+        raise RequestError(f"policy.ram_mib must be an integer in [{MIN_RAM_MIB}, {MAX_RAM_MIB}]")
+    if not 0 < cores <= max_cores:
+        raise RequestError(f"policy.cpu_cores must be in (0, {max_cores:g}], got {cores:g}")
+    return Environment(
+        toolchain=toolchain,
+        toolchain_version=toolchain_version,
+        cpu_cap_cores=cores,
+        ram_cap_mib=ram,
+        timeout_s=timeout,
+        fs_boundary=FsBoundary(scratch_root="", repo_ro=False, repo_view=repo_view),
+        network="deny_by_default",
+        stdout_cap_kib=STREAM_CAP_BYTES // 1024,
+        stderr_cap_kib=STREAM_CAP_BYTES // 1024,
+        enforced=dict(enforced),
+    )
+
+
+def with_scratch(env: Environment, scratch_root: str) -> Environment:
+    return attrs.evolve(env, fs_boundary=attrs.evolve(env.fs_boundary, scratch_root=scratch_root))
+
+
+@attrs.frozen
+class Limits:
+    """The kernel limits that realize a declared environment inside the candidate."""
+
+    address_space_bytes: int
+    cpu_seconds: int
+    file_size_bytes: int
+
+
+#: No single file a candidate writes may exceed this (RLIMIT_FSIZE).
+FILE_SIZE_CAP_BYTES = 1 << 30
+
+
+def limits(env: Environment) -> Limits:
+    # RLIMIT_CPU counts CPU seconds of the whole process; a backstop above the deadline
+    # so the wall clock always decides first (the contract's timeout rule).
+    cpu = math.ceil(env.timeout_s * max(env.cpu_cap_cores, 1.0) + CPU_BACKSTOP_MARGIN_S)
+    return Limits(
+        address_space_bytes=env.ram_cap_mib * 1024 * 1024,
+        cpu_seconds=cpu,
+        file_size_bytes=FILE_SIZE_CAP_BYTES,
+    )

@@ -1,0 +1,75 @@
+"""Closed sets and named defaults (layer 0: stdlib only).
+
+Every number the spec pins (§3.2) is a named constant here, so a reader finds each cap
+in one place and the rest of the code refers to it by name.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+RequestType = Literal["build_check", "run_entry", "run_suite", "probe", "discriminate"]
+ArtifactShape = Literal["patch", "snippet", "command", "test_subset", "probe_program"]
+Mode = Literal["compile_parse", "targeted_execution", "test_execution", "diagnostic_probe"]
+FailureClass = Literal[
+    "compile", "syntax", "assertion", "runtime", "timeout", "resource", "type", "dependency"
+]
+TestVerdict = Literal["passed", "failed", "errored", "skipped"]
+Verdict = Literal["pass", "fail", "empty_success", "tampered", "error"]
+
+REQUEST_TYPES: Final[tuple[RequestType, ...]] = (
+    "build_check",
+    "run_entry",
+    "run_suite",
+    "probe",
+    "discriminate",
+)
+ARTIFACT_SHAPES: Final[tuple[ArtifactShape, ...]] = (
+    "patch",
+    "snippet",
+    "command",
+    "test_subset",
+    "probe_program",
+)
+
+#: The spec's first-true order (§3.5, and the contract's "rules a scorer relies on").
+FAILURE_ORDER: Final[tuple[FailureClass, ...]] = (
+    "timeout",
+    "resource",
+    "syntax",
+    "compile",
+    "type",
+    "dependency",
+    "assertion",
+    "runtime",
+)
+
+#: §3.2 isolation defaults.
+DEFAULT_CPU_CORES: Final = 1.0
+DEFAULT_RAM_MIB: Final = 512
+DEFAULT_TIMEOUT_S: Final[dict[Mode, float]] = {
+    "compile_parse": 60.0,
+    "targeted_execution": 30.0,
+    "test_execution": 120.0,
+    "diagnostic_probe": 30.0,
+}
+#: Each captured stream keeps at most this many bytes; the rest is drained and counted.
+STREAM_CAP_BYTES: Final = 64 * 1024
+TRUNCATION_MARKER: Final = "\n[aexec: {dropped} more bytes of {stream} not kept (cap {cap} bytes)]\n"
+EMPTY_STREAM_SENTINEL: Final = ""
+#: §3.4 caps on parsed evidence.
+MESSAGE_CAP_CHARS: Final = 4096
+FRAME_CAP: Final = 32
+#: At most this many secondary failures are kept beside the primary one.
+SECONDARY_FAILURE_CAP: Final = 50
+#: At most this many paths are named in ``changed_state``.
+CHANGED_PATHS_SHOWN: Final = 20
+#: The on-disk behavioural cache keeps at most this many observations (LRU).
+DEFAULT_CACHE_ENTRIES: Final = 20_000
+#: The RLIMIT_CPU backstop sits this far above the wall-clock deadline, so a timeout
+#: is always seen as a timeout (the contract: "set any backstop above the deadline").
+CPU_BACKSTOP_MARGIN_S: Final = 2.0
+#: Upper bounds on what a request may declare.
+MAX_TIMEOUT_S: Final = 3600.0
+MIN_RAM_MIB: Final = 16
+MAX_RAM_MIB: Final = 1 << 20

@@ -1,0 +1,287 @@
+"""Scratch roots and repository views: the filesystem side of a run.
+
+Every run gets a fresh scratch root (``tempfile.mkdtemp``, so ``TMPDIR`` is honoured)::
+
+    <scratch_root>/work    the candidate's cwd: a copy of the repo, patched (or empty)
+    <scratch_root>/home    HOME
+    <scratch_root>/tmp     TMPDIR
+    <scratch_root>/.aexec  the driver's spec, the snippet, the report (not the candidate's)
+
+The original repository is only read. Patches are applied with ``git apply``, which
+applies all of a patch or none of it.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import anyio
+import attrs
+import structlog
+
+log = structlog.get_logger(__name__)
+
+#: Never copied into a view, never hashed: caches and VCS metadata, not code.
+EXCLUDED_NAMES = frozenset(
+    {".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox"}
+)
+DRIVER = str(Path(__file__).with_name("_driver.py"))
+
+
+class PatchError(Exception):
+    """The patch cannot be applied; the message says why. Becomes a failure observation."""
+
+
+@attrs.frozen
+class Scratch:
+    root: str
+
+    @property
+    def work(self) -> str:
+        return os.path.join(self.root, "work")
+
+    @property
+    def private(self) -> str:
+        return os.path.join(self.root, ".aexec")
+
+    @property
+    def home(self) -> str:
+        return os.path.join(self.root, "home")
+
+    @property
+    def tmp(self) -> str:
+        return os.path.join(self.root, "tmp")
+
+
+def make_scratch() -> Scratch:
+    root = tempfile.mkdtemp(prefix="aexec-")
+    s = Scratch(root)
+    for d in (s.private, s.home, s.tmp):
+        os.mkdir(d)
+    return s
+
+
+def remove_scratch(scratch: Scratch) -> None:
+    try:
+        shutil.rmtree(scratch.root)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    # A candidate may have made a directory unwritable: make it ours again, then retry.
+    for dirpath, dirnames, _ in os.walk(scratch.root):
+        for d in dirnames:
+            try:
+                os.chmod(os.path.join(dirpath, d), 0o700, follow_symlinks=False)
+            except (OSError, NotImplementedError):
+                pass
+    shutil.rmtree(scratch.root, ignore_errors=True)
+    if os.path.exists(scratch.root):
+        log.warning("scratch_not_removed", scratch_root=scratch.root)
+
+
+def _ignore(directory: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in EXCLUDED_NAMES or n.endswith(".pyc")}
+
+
+def _walk(root: str) -> Iterator[str]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_NAMES)
+        for name in sorted(filenames):
+            if not name.endswith(".pyc"):
+                yield os.path.join(dirpath, name)
+        for d in dirnames:
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full):
+                yield full
+
+
+def hash_tree(root: str) -> str:
+    """SHA-256 over every path and content of a tree (symlinks by their target)."""
+    h = hashlib.sha256()
+    for path in _walk(root):
+        rel = os.path.relpath(path, root)
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        if os.path.islink(path):
+            h.update(b"L" + os.readlink(path).encode("utf-8", "surrogateescape"))
+        else:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def artifact_version(repo_hash: str | None, patch: str | None, code: str | None, command: Iterable[str] | None) -> str:
+    h = hashlib.sha256()
+    for part in (repo_hash, patch, code, None if command is None else "\0".join(command)):
+        h.update(b"-" if part is None else b"+" + part.encode("utf-8", "surrogateescape"))
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_CEILING_DIRECTORIES"] = "/"
+    return env
+
+
+def patch_paths(patch: str) -> list[str]:
+    """The repo-relative paths a patch touches, as ``git apply`` reads them (no I/O on a repo)."""
+    if not patch.strip():
+        raise PatchError("patch is empty")
+    with tempfile.TemporaryDirectory(prefix="aexec-numstat-") as d:
+        done = subprocess.run(
+            ["git", "apply", "--numstat", "-z", "-"],
+            input=patch.encode("utf-8", "surrogateescape"),
+            capture_output=True,
+            cwd=d,
+            env=_git_env(),
+            check=False,
+        )
+    if done.returncode != 0:
+        raise PatchError(done.stderr.decode(errors="replace").strip() or "git apply cannot read it")
+    fields = [f.decode("utf-8", "surrogateescape") for f in done.stdout.split(b"\0")]
+    paths: list[str] = []
+    i = 0
+    while i < len(fields):
+        f = fields[i]
+        if not f:
+            i += 1
+            continue
+        _, _, name = f.split("\t", 2)
+        if name:
+            paths.append(name)
+            i += 1
+        else:  # a rename or copy: "added\tdeleted\t\0from\0to\0"
+            paths.extend(fields[i + 1 : i + 3])
+            i += 3
+    for p in paths:
+        parts = p.split("/")
+        if p.startswith("/") or ".." in parts:
+            raise PatchError(f"patch path {p!r} escapes the repository")
+    return paths
+
+
+def make_view(scratch: Scratch, repo: str | None) -> None:
+    if repo is None:
+        os.mkdir(scratch.work)
+    else:
+        shutil.copytree(repo, scratch.work, symlinks=True, ignore=_ignore)
+
+
+async def apply_patch(scratch: Scratch, patch: str) -> None:
+    done = await anyio.run_process(
+        ["git", "apply", "--whitespace=nowarn", "-p1", "-"],
+        input=patch.encode("utf-8", "surrogateescape"),
+        cwd=scratch.work,
+        env=_git_env(),
+        check=False,
+    )
+    if done.returncode != 0:
+        raise PatchError(done.stderr.decode(errors="replace").strip() or "git apply failed")
+
+
+#: Files whose pytest sections are configuration, with the section that matters.
+PYTEST_CONFIGS: dict[str, tuple[str, ...]] = {
+    "pytest.ini": (),
+    ".pytest.ini": (),
+    "pytest.toml": (),
+    ".pytest.toml": (),
+    "tox.ini": ("pytest",),
+    "setup.cfg": ("tool:pytest",),
+    "pyproject.toml": ("tool", "pytest"),
+}
+
+
+def pytest_config(root: str, name: str) -> str | None:
+    """The pytest-relevant part of one config file in ``root``, as comparable text."""
+    path = os.path.join(root, name)
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        raw = f.read()
+    section = PYTEST_CONFIGS[name]
+    if not section:
+        return raw.decode("utf-8", "replace")
+    text = raw.decode("utf-8", "replace")
+    try:
+        if name == "pyproject.toml":
+            return repr(tomllib.loads(text).get("tool", {}).get("pytest"))
+        cp = configparser.RawConfigParser()
+        cp.read_string(text)
+        return repr(dict(cp.items(section[0]))) if cp.has_section(section[0]) else None
+    except (tomllib.TOMLDecodeError, configparser.Error):
+        return "<unparseable>\n" + text  # unreadable config: compare it whole
+
+
+def changed_state(before: dict[str, tuple[int, int]], root: str) -> str:
+    after = snapshot(root)
+    created = sorted(set(after) - set(before))
+    deleted = sorted(set(before) - set(after))
+    modified = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+    if not (created or deleted or modified):
+        return "no files written"
+    parts = []
+    for label, paths in (("created", created), ("modified", modified), ("deleted", deleted)):
+        if paths:
+            shown = ", ".join(paths[:20]) + (f", … (+{len(paths) - 20})" if len(paths) > 20 else "")
+            parts.append(f"{len(paths)} {label}: {shown}")
+    written = sum(after[p][0] for p in created + modified)
+    return "; ".join(parts) + f" ({written} bytes in created/modified files)"
+
+
+def snapshot(root: str) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file under a scratch root, the private dir excluded."""
+    out: dict[str, tuple[int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == root:
+            dirnames[:] = [d for d in dirnames if d != ".aexec"]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            out[os.path.relpath(full, root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def candidate_env(scratch: Scratch, python: str) -> dict[str, str]:
+    """The whole environment a candidate sees: declared, minimal, none of the host's."""
+    bindir = os.path.dirname(python)
+    return {
+        "PATH": os.pathsep.join(dict.fromkeys([bindir, "/usr/local/bin", "/usr/bin", "/bin"])),
+        "HOME": scratch.home,
+        "TMPDIR": scratch.tmp,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "NO_COLOR": "1",
+    }
+
+
+def import_roots(root: str) -> list[str]:
+    """sys.path entries for a repo view: its root, and ``src/`` in a src layout."""
+    roots = [root]
+    src = os.path.join(root, "src")
+    if os.path.isdir(src):
+        roots.append(src)
+    return roots
+
+
+def default_python() -> str:
+    return sys.executable
