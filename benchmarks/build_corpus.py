@@ -32,10 +32,11 @@ import tarfile
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / ".work"
@@ -98,6 +99,7 @@ class Lib:
     no_tests: list[str]           # a selection that collects nothing
     entry_ok: str
     entry_type: str
+    func2: str                    # body-mixed: a second exercised function (gets len(5))
 
     @property
     def test_file(self) -> str:
@@ -116,7 +118,7 @@ LIBS = [
         bug_old="return iter(d.items(**kw))", bug_new="return iter(d.keys(**kw))",
         config_file="setup.cfg", config_edit=_six_config, no_tests=["six.py"],
         entry_ok="import six\nprint(six.ensure_str(b'aexec'))\n",
-        entry_type="import six\nsix.ensure_str(8)\n",
+        entry_type="import six\nsix.ensure_str(8)\n", func2="iteritems",
     ),
     Lib(
         name="toolz", spec="toolz==1.2.0", tests=["toolz/tests/test_dicttoolz.py"],
@@ -126,7 +128,7 @@ LIBS = [
         bug_new="rv.update(zip(d.keys(), d.values()))",
         config_file="pyproject.toml", config_edit=_toolz_config, no_tests=["toolz/utils.py"],
         entry_ok="import toolz\nprint(toolz.valmap(len, {'a': [1, 2], 'b': []}))\n",
-        entry_type="import toolz\nprint(toolz.valmap(len))\n",
+        entry_type="import toolz\nprint(toolz.valmap(len))\n", func2="keymap",
     ),
     Lib(
         name="more-itertools", spec="more-itertools==11.2.1",
@@ -137,7 +139,7 @@ LIBS = [
         config_file="tox.ini", config_edit=_mi_config,
         no_tests=["more_itertools/recipes.py"],
         entry_ok="import more_itertools as mi\nprint(mi.take(3, range(10)))\n",
-        entry_type="import more_itertools as mi\nprint(mi.take(3))\n",
+        entry_type="import more_itertools as mi\nprint(mi.take(3))\n", func2="dotproduct",
     ),
 ]
 
@@ -526,8 +528,8 @@ def build(out: Path) -> list[dict]:
         tests = list(lib.tests)
 
         def suite(cid: str, patch: str | None, lab: dict, policy: dict | None = None,
-                  repo_rel: str = rrel, sel: list[str] = tests) -> None:
-            c: dict[str, Any] = {"id": f"{lib.name}/{cid}", "request_type": "run_suite",
+                  repo_rel: str = rrel, sel: list[str] = tests, name: str = lib.name) -> None:
+            c: dict[str, Any] = {"id": f"{name}/{cid}", "request_type": "run_suite",
                                  "artifact_shape": "patch" if patch else "test_subset",
                                  "repo": repo_rel, "tests": list(sel)}
             if patch:
@@ -547,6 +549,13 @@ def build(out: Path) -> list[dict]:
             patch = make_patch({func_file: (mod_src, after)})
             check_patch_applies(repo, patch, {func_file: after})
             suite(cid, patch, label("fail", cls), policy)
+        # two faults in one run: one test fails an assert, another raises TypeError; the
+        # contract's order (type before assertion) makes the primary class `type`
+        after = insert_in_body(insert_in_body(mod_src, lib.func, [lib.wrong_return]),
+                               lib.func2, ["len(5)"])
+        patch = make_patch({func_file: (mod_src, after)})
+        check_patch_applies(repo, patch, {func_file: after})
+        suite("body-mixed", patch, label("fail", "type"))
         for cid, (stmts, cls, policy) in TOP_FAULTS.items():
             after = insert_after_imports(mod_src, stmts)
             patch = make_patch({lib.module: (mod_src, after)})
@@ -664,6 +673,7 @@ def standalone_snippets() -> list[dict]:
         snip("indentation", "def f():\nreturn 1\n", "fail", "syntax"),
         snip("resource", "buf = bytearray(1 << 33)\nprint(len(buf))\n", "fail", "resource"),
         snip("timeout", "while True:\n    pass\n", "fail", "timeout", {"timeout_s": 3}),
+        snip("recursion", "def f(n):\n    return f(n + 1)\n\nf(0)\n", "fail", "runtime"),
         snip("exit3", "import sys\nsys.exit(3)\n", "fail", "runtime"),
         snip("type-message-mentions-assertion",
              "raise TypeError('expected an AssertionError-free input')\n", "fail", "type"),
@@ -741,6 +751,11 @@ def verify_case(case: dict, out: Path) -> list[str]:
                     if set(run.collection_errors.values()) != {want} or run.outcomes:
                         probs.append(f"expected only collection errors {want}: "
                                      f"{run.collection_errors} outcomes={len(run.outcomes)}")
+                elif suffix == "body-mixed":
+                    got = {run.exceptions[n] for n, o in run.outcomes.items()
+                           if o in ("failed", "errored")}
+                    if got != {"AssertionError", "TypeError"}:
+                        probs.append(f"expected AssertionError and TypeError failures: {got}")
                 elif suffix.startswith("body-") or suffix == "bug-unrepaired":
                     want = FAULT_EXCEPTION[lab["failure_class"]]
                     if lab["failure_class"] == "syntax":

@@ -33,7 +33,6 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS = HERE / ".work"
@@ -196,11 +195,11 @@ def run_aexec(cmd: list[str], cases_path: Path, obs_path: Path) -> dict:
 
 def metrics(labels: list[dict], preds: list[tuple[str | None, str | None]]) -> dict:
     n = len(labels)
-    acc = sum(lab["verdict"] == p[0] for lab, p in zip(labels, preds)) / n
+    acc = sum(lab["verdict"] == p[0] for lab, p in zip(labels, preds, strict=True)) / n
     per_class = {}
     present = [c for c in CLASSES if any(lab["failure_class"] == c for lab in labels)]
     for c in present:
-        tp = sum(lab["failure_class"] == c and p[1] == c for lab, p in zip(labels, preds))
+        tp = sum(lab["failure_class"] == c and p[1] == c for lab, p in zip(labels, preds, strict=True))
         npred = sum(p[1] == c for p in preds)
         nlab = sum(lab["failure_class"] == c for lab in labels)
         prec = tp / npred if npred else 0.0
@@ -209,7 +208,7 @@ def metrics(labels: list[dict], preds: list[tuple[str | None, str | None]]) -> d
         per_class[c] = {"tp": tp, "predicted": npred, "labelled": nlab, "precision": prec,
                         "recall": rec, "f1": f1}
     macro = sum(v["f1"] for v in per_class.values()) / len(per_class) if per_class else 0.0
-    class_acc = sum(lab["failure_class"] == p[1] for lab, p in zip(labels, preds)) / n
+    class_acc = sum(lab["failure_class"] == p[1] for lab, p in zip(labels, preds, strict=True)) / n
     return {"verdict_accuracy": acc, "macro_f1": macro, "class_accuracy": class_acc,
             "per_class": per_class}
 
@@ -239,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(rc={ax['rc']}); stderr tail:\n{ax['stderr'][-800:]}")
     observations = (observations + [None] * len(cases))[: len(cases)]
     order_ok = all(o is not None and o.get("id") == c["id"]
-                   for o, c in zip(observations, cases))
+                   for o, c in zip(observations, cases, strict=True))
     if not order_ok:  # fall back to matching by id, but report it
         by_id = {o.get("id"): o for o in observations if o}
         observations = [by_id.get(c["id"]) for c in cases]

@@ -164,14 +164,20 @@ async def _run_once(
     *,
     patch: str | None,
     touched: list[str],
-) -> tuple[Run, bool]:
-    """One execution in a fresh scratch root: (the run, whether pytest config changed)."""
+) -> tuple[Run, bool] | PatchError:
+    """One execution in a fresh scratch root: (the run, whether pytest config changed).
+
+    A patch that does not apply is returned, not raised: nothing ran.
+    """
     scratch: Scratch = make_scratch()
     try:
         await anyio.to_thread.run_sync(make_view, scratch, candidate.repo)
         config_changed = False
         if patch is not None:
-            await apply_patch(scratch, patch)
+            try:
+                await apply_patch(scratch, patch)
+            except PatchError as e:
+                return e
             assert candidate.repo is not None
             config_changed = any(
                 pytest_config(candidate.repo, n) != pytest_config(scratch.work, n)
@@ -288,8 +294,9 @@ async def _before_run(
             return {str(k): v for k, v in hit.items()}
 
     async def run() -> dict[str, TestVerdict]:
-        done, _ = await _run_once(session, candidate, runner, env, python, patch=None, touched=[])
-        verdicts = {t.nodeid: t.verdict for t in done.evidence.tests}
+        done = await _run_once(session, candidate, runner, env, python, patch=None, touched=[])
+        assert not isinstance(done, PatchError)  # no patch, nothing to refuse
+        verdicts = {t.nodeid: t.verdict for t in done[0].evidence.tests}
         if session.cache is not None:
             session.cache.put(key, verdicts)
         return verdicts
@@ -310,22 +317,30 @@ async def _witness(
     try:
         if candidate.patch is not None:
             touched = await anyio.to_thread.run_sync(patch_paths, candidate.patch)
-        async with anyio.create_task_group() as tg:
-            if runner == "pytest" and candidate.patch is not None:
-
-                async def get_before() -> None:
-                    nonlocal before
-                    before = await _before_run(session, candidate, runner, env, python, tool, repo_hash, declared)
-
-                tg.start_soon(get_before)
-            run, config_changed = await _run_once(session, candidate, runner, env, python, patch=candidate.patch, touched=touched)
     except PatchError as e:
-        blog.info("patch_refused", error=str(e))
-        return refused(environment=env, message=f"patch does not apply: {e}", **common)
+        return refused(environment=env, message=f"patch refused: {e}", **common)
+    async with anyio.create_task_group() as tg:
+        if runner == "pytest" and candidate.patch is not None:
+
+            async def get_before() -> None:
+                nonlocal before
+                before = await _before_run(session, candidate, runner, env, python, tool, repo_hash, declared)
+
+            tg.start_soon(get_before)
+        done = await _run_once(session, candidate, runner, env, python, patch=candidate.patch, touched=touched)
+        if isinstance(done, PatchError):
+            tg.cancel_scope.cancel()  # no before-run is needed for a patch that cannot land
+    if isinstance(done, PatchError):
+        blog.info("patch_refused", error=str(done))
+        return refused(environment=env, message=f"patch does not apply: {done}", **common)
+    run, config_changed = done
     blog.info("executed", exit_code=run.evidence.exit_code, timed_out=run.evidence.timed_out, duration=round(run.evidence.duration, 3))
     reverified: bool | None = None
     if runner == "pytest" and not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests):
-        again, _ = await _run_once(session, candidate, runner, env, python, patch=candidate.patch, touched=touched)
+        redo = await _run_once(session, candidate, runner, env, python, patch=candidate.patch, touched=touched)
+        if isinstance(redo, PatchError):  # it applied a moment ago: the host changed under us
+            raise redo
+        again = redo[0]
         merged, agreed = reconcile(run.evidence, again.evidence)
         reverified = agreed
         if not agreed:
@@ -340,11 +355,15 @@ async def _witness(
     return obs
 
 
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for e in error.exceptions for leaf in _leaves(e)]
+    return [error]
+
+
 def _unobserved(candidate: Candidate, classification: Classification, error: BaseException) -> ExecutionObservation:
-    return unobserved(
-        ident=candidate.id, classification=classification,
-        message=f"{type(error).__name__}: {error}", aexec_version=VERSION,
-    )
+    message = "; ".join(f"{type(e).__name__}: {e}" for e in _leaves(error))
+    return unobserved(ident=candidate.id, classification=classification, message=message, aexec_version=VERSION)
 
 
 async def observe(candidate: Candidate, *, cache_dir: str | None = None) -> ExecutionObservation:

@@ -180,14 +180,16 @@ def _kill_tree(proc: anyio.abc.Process, isolation: Isolation) -> None:
     if proc.returncode is not None:
         return  # reaped: its pid may belong to someone else now
     if isolation.namespaces:
-        # Killing the namespace's init makes the kernel kill everything inside it;
-        # the wrapper stays alive to reap it, so its exit means the namespace is empty.
+        # Kill only the namespace's init: the kernel then kills everything inside the
+        # namespace before the init can be reaped, and the wrapper (left alive to reap
+        # it) exits only after that — so its exit means the namespace is empty.
         targets = _children(proc.pid) or [proc.pid]
         for pid in targets:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

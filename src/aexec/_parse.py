@@ -85,11 +85,17 @@ def _display(path: str, cwd: str, snippet: str | None) -> str:
 
 
 def _at_import(frames: tuple[Frame, ...]) -> bool:
-    """Module-level code of an imported module is on the stack (not the snippet's own)."""
-    return any(
-        f.name == "<module>" and not f.file.startswith("<") and f.file != SNIPPET_NAME
-        for f in frames
-    )
+    """Module-level code of an *imported* module is on the stack.
+
+    A ``<module>`` frame is an import when something called it: not the outermost frame
+    (a script), not one that runpy started (``-m``, the snippet), not the snippet itself.
+    """
+    for i, f in enumerate(frames):
+        if f.name != "<module>" or f.file.startswith("<") or f.file == SNIPPET_NAME:
+            continue
+        if i > 0 and not frames[i - 1].file.endswith("runpy.py"):
+            return True
+    return False
 
 
 def _error(rec: dict[str, Any], cwd: str, snippet: str | None) -> RaisedError:

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Both backends, explicitly: a missing trio fails loudly instead of skipping."""
+    return str(request.param)
+
+
+@pytest.fixture
+def scratch_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private TMPDIR, so a test can check that every scratch root was removed."""
+    d = tmp_path / "scratch-tmp"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    return d
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Path:
+    """A private copy of the shipped example repo."""
+    dest = tmp_path / "shop"
+    shutil.copytree(EXAMPLES / "shop", dest)
+    return dest
+
+
+MakeRepo = Callable[[dict[str, str]], Path]
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path) -> MakeRepo:
+    counter = iter(range(1000))
+
+    def make(files: dict[str, str]) -> Path:
+        root = tmp_path / f"repo{next(counter)}"
+        for rel, text in files.items():
+            p = root / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(textwrap.dedent(text))
+        return root
+
+    return make
+
+
+def diff(path: str, old: str, new: str) -> str:
+    """A git-style unified diff of one file."""
+    import difflib
+
+    a = old.splitlines(keepends=True) if old else []
+    b = new.splitlines(keepends=True) if new else []
+    src = f"a/{path}" if old else "/dev/null"
+    dst = f"b/{path}" if new else "/dev/null"
+    head = f"diff --git a/{path} b/{path}\n"
+    if not old:
+        head += "new file mode 100644\n"
+    elif not new:
+        head += "deleted file mode 100644\n"
+    return head + "".join(difflib.unified_diff(a, b, src, dst))
+
+
+def live_pids_with(marker: str) -> list[int]:
+    """Pids whose command line carries ``marker`` (to observe, never to kill)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    with open(f"/proc/{name}/stat") as s:
+                        if s.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            found.append(int(name))
+        except OSError:
+            continue
+    return found

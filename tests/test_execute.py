@@ -1,0 +1,154 @@
+"""Stage (c), the supervisor: real processes, on both backends."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aexec._execute import Invocation, Isolation, detect_isolation, execute
+
+from .conftest import live_pids_with
+
+pytestmark = pytest.mark.anyio
+
+NS = detect_isolation()
+needs_ns = pytest.mark.skipif(not NS.namespaces, reason="PID namespaces unavailable here")
+
+
+def inv(code: str, tmp: Path, timeout: float = 10.0, *args: str) -> Invocation:
+    return Invocation(
+        argv=(sys.executable, "-c", code, *args),
+        cwd=str(tmp),
+        env={"PATH": os.environ["PATH"], "PYTHONUNBUFFERED": "1"},
+        timeout_s=timeout,
+        report_path=str(tmp / "no-report.jsonl"),
+    )
+
+
+async def wait_for(path: Path, limit: float = 10.0) -> None:
+    with anyio.fail_after(limit):
+        while not path.exists():
+            await anyio.sleep(0.02)
+
+
+SETSID_GRANDCHILD = """
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", sys.argv[1]],
+                 start_new_session=True)
+open(sys.argv[2], "w").close()
+if sys.argv[3] == "hang":
+    time.sleep(300)
+"""
+
+
+async def test_timeout_kills_within_a_second_of_the_deadline(tmp_path: Path) -> None:
+    run = await execute(inv("import time; time.sleep(60)", tmp_path, timeout=1.0), NS)
+    assert run.timed_out
+    assert run.exit_code is None
+    assert 1.0 <= run.duration < 2.0
+
+
+@needs_ns
+@pytest.mark.parametrize("ending", ["hang", "exit"])
+async def test_setsid_grandchild_is_dead_afterwards(tmp_path: Path, ending: str) -> None:
+    marker = f"aexec-test-{uuid.uuid4()}"
+    ready = tmp_path / "ready"
+    seen_alive: list[int] = []
+
+    async def watch() -> None:
+        await wait_for(ready)
+        seen_alive.extend(live_pids_with(marker))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        run = await execute(inv(SETSID_GRANDCHILD, tmp_path, 3.0, marker, str(ready), ending), NS)
+    assert run.timed_out is (ending == "hang")
+    if ending == "hang":
+        assert seen_alive, "the grandchild never ran, so the test proves nothing"
+    assert live_pids_with(marker) == []
+
+
+async def test_process_group_fallback_kills_the_group(tmp_path: Path) -> None:
+    fallback = Isolation(namespaces=False)
+    assert fallback.enforced["process_tree"] == "process_group"
+    assert fallback.enforced["network"] == "none"  # never claims what it did not apply
+    marker = f"aexec-test-{uuid.uuid4()}"
+    code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
+        "time.sleep(300)\n"
+    )
+    run = await execute(inv(code, tmp_path, 1.5, marker), fallback)
+    assert run.timed_out
+    assert live_pids_with(marker) == []
+
+
+def _peak_rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+async def test_a_gigabyte_of_output_is_capped_and_memory_stays_bounded(tmp_path: Path) -> None:
+    code = "import os\nb = b'x' * (1 << 20)\nfor _ in range(1024):\n    os.write(1, b)\nos.write(2, b'e' * 100000)\n"
+    before = _peak_rss_kib()
+    run = await execute(inv(code, tmp_path, 60.0), NS)
+    grown_mib = (_peak_rss_kib() - before) / 1024
+    assert run.exit_code == 0
+    kept, marker = run.stdout[: 64 * 1024], run.stdout[64 * 1024 :]
+    assert kept == "x" * (64 * 1024)
+    assert f"{(1 << 30) - 64 * 1024} more bytes of stdout" in marker
+    assert run.stderr.startswith("e" * (64 * 1024)) and "more bytes of stderr" in run.stderr
+    assert grown_mib < 64, f"the supervisor grew by {grown_mib:.0f} MiB"
+
+
+@needs_ns
+async def test_outside_cancellation_kills_the_child_and_reraises(tmp_path: Path) -> None:
+    marker = f"aexec-test-{uuid.uuid4()}"
+    ready = tmp_path / "ready"
+    returned = False
+    alive: list[int] = []
+
+    async def cancel_when_ready(scope: anyio.CancelScope) -> None:
+        await wait_for(ready)
+        alive.extend(live_pids_with(marker))
+        scope.cancel()
+
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_when_ready, scope)
+            await execute(inv(SETSID_GRANDCHILD, tmp_path, 60.0, marker, str(ready), "hang"), NS)
+            returned = True
+    assert scope.cancelled_caught and not returned
+    assert alive
+    assert live_pids_with(marker) == []
+
+
+@needs_ns
+async def test_network_is_denied_even_on_loopback(tmp_path: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    code = (
+        "import socket, sys\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "    print('connected')\n"
+        "except OSError as e:\n"
+        "    print('refused', e)\n"
+    )
+    run = await execute(inv(code, tmp_path), NS)
+    assert run.stdout.startswith("refused")
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # the host's listener heard nothing
+    listener.close()
