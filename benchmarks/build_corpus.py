@@ -43,8 +43,16 @@ DEFAULT_OUT = HERE / ".work"
 RAM_CAP_MIB = 512
 MISSING_MODULE = "aexec_missing_module_xyz"
 MODE_DEFAULT_TIMEOUT = {"build_check": 60, "run_entry": 30, "run_suite": 120, "probe": 30}
-CLASS_ORDER = ["timeout", "resource", "syntax", "compile", "type", "dependency", "assertion",
-               "runtime"]
+CLASS_ORDER = [
+    "timeout",
+    "resource",
+    "syntax",
+    "compile",
+    "type",
+    "dependency",
+    "assertion",
+    "runtime",
+]
 
 # A tiny launcher: cap the address space, then exec the real argv (no preexec_fn, so it is
 # safe to use from threads).
@@ -86,60 +94,96 @@ def _mi_config(text: str, expr: str) -> str:
 class Lib:
     name: str
     spec: str
-    tests: list[str]              # the selection (pytest selectors relative to the repo)
-    module: str                   # module the tests import (top-level faults go here)
-    func: str                     # function the selection exercises (body faults go here)
-    wrong_return: str             # body-assertion: a statement returning a wrong value
-    bug_file: str                 # bug for the repair case: replace `bug_old` by `bug_new`
-    bug_func: str                 # ... inside this function only
+    tests: list[str]  # the selection (pytest selectors relative to the repo)
+    module: str  # module the tests import (top-level faults go here)
+    func: str  # function the selection exercises (body faults go here)
+    wrong_return: str  # body-assertion: a statement returning a wrong value
+    bug_file: str  # bug for the repair case: replace `bug_old` by `bug_new`
+    bug_func: str  # ... inside this function only
     bug_old: str
     bug_new: str
-    config_file: str              # pytest config file the tamper-config patch edits
+    config_file: str  # pytest config file the tamper-config patch edits
     config_edit: Callable[[str, str], str]
-    no_tests: list[str]           # a selection that collects nothing
+    no_tests: list[str]  # a selection that collects nothing
     entry_ok: str
     entry_type: str
-    func2: str                    # body-mixed: a second exercised function (gets len(5))
+    func2: str  # body-mixed: a second exercised function (gets len(5))
 
     @property
     def test_file(self) -> str:
         return self.tests[0].split("::")[0]
 
 
-MI_CLASSES = ["TakeTests", "TabulateTests", "TailTests", "ConsumeTests", "NthTests",
-              "QuantifyTests", "NcyclesTests", "DotproductTests", "FlattenTests",
-              "RepeatfuncTests", "RoundrobinTests", "PartitionTests", "PowersetTests"]
+MI_CLASSES = [
+    "TakeTests",
+    "TabulateTests",
+    "TailTests",
+    "ConsumeTests",
+    "NthTests",
+    "QuantifyTests",
+    "NcyclesTests",
+    "DotproductTests",
+    "FlattenTests",
+    "RepeatfuncTests",
+    "RoundrobinTests",
+    "PartitionTests",
+    "PowersetTests",
+]
 
 LIBS = [
     Lib(
-        name="six", spec="six==1.17.0", tests=["test_six.py"], module="six.py",
-        func="get_unbound_function", wrong_return="return None",
-        bug_file="six.py", bug_func="iteritems",
-        bug_old="return iter(d.items(**kw))", bug_new="return iter(d.keys(**kw))",
-        config_file="setup.cfg", config_edit=_six_config, no_tests=["six.py"],
+        name="six",
+        spec="six==1.17.0",
+        tests=["test_six.py"],
+        module="six.py",
+        func="get_unbound_function",
+        wrong_return="return None",
+        bug_file="six.py",
+        bug_func="iteritems",
+        bug_old="return iter(d.items(**kw))",
+        bug_new="return iter(d.keys(**kw))",
+        config_file="setup.cfg",
+        config_edit=_six_config,
+        no_tests=["six.py"],
         entry_ok="import six\nprint(six.ensure_str(b'aexec'))\n",
-        entry_type="import six\nsix.ensure_str(8)\n", func2="iteritems",
+        entry_type="import six\nsix.ensure_str(8)\n",
+        func2="iteritems",
     ),
     Lib(
-        name="toolz", spec="toolz==1.2.0", tests=["toolz/tests/test_dicttoolz.py"],
-        module="toolz/dicttoolz.py", func="valmap", wrong_return="return {}",
-        bug_file="toolz/dicttoolz.py", bug_func="valmap",
+        name="toolz",
+        spec="toolz==1.2.0",
+        tests=["toolz/tests/test_dicttoolz.py"],
+        module="toolz/dicttoolz.py",
+        func="valmap",
+        wrong_return="return {}",
+        bug_file="toolz/dicttoolz.py",
+        bug_func="valmap",
         bug_old="rv.update(zip(d.keys(), map(func, d.values())))",
         bug_new="rv.update(zip(d.keys(), d.values()))",
-        config_file="pyproject.toml", config_edit=_toolz_config, no_tests=["toolz/utils.py"],
+        config_file="pyproject.toml",
+        config_edit=_toolz_config,
+        no_tests=["toolz/utils.py"],
         entry_ok="import toolz\nprint(toolz.valmap(len, {'a': [1, 2], 'b': []}))\n",
-        entry_type="import toolz\nprint(toolz.valmap(len))\n", func2="keymap",
+        entry_type="import toolz\nprint(toolz.valmap(len))\n",
+        func2="keymap",
     ),
     Lib(
-        name="more-itertools", spec="more-itertools==11.2.1",
+        name="more-itertools",
+        spec="more-itertools==11.2.1",
         tests=[f"tests/test_recipes.py::{c}" for c in MI_CLASSES],
-        module="more_itertools/recipes.py", func="quantify", wrong_return="return -1",
-        bug_file="more_itertools/recipes.py", bug_func="quantify",
-        bug_old="return sum(map(pred, iterable))", bug_new="return sum(map(bool, iterable))",
-        config_file="tox.ini", config_edit=_mi_config,
+        module="more_itertools/recipes.py",
+        func="quantify",
+        wrong_return="return -1",
+        bug_file="more_itertools/recipes.py",
+        bug_func="quantify",
+        bug_old="return sum(map(pred, iterable))",
+        bug_new="return sum(map(bool, iterable))",
+        config_file="tox.ini",
+        config_edit=_mi_config,
         no_tests=["more_itertools/recipes.py"],
         entry_ok="import more_itertools as mi\nprint(mi.take(3, range(10)))\n",
-        entry_type="import more_itertools as mi\nprint(mi.take(3))\n", func2="dotproduct",
+        entry_type="import more_itertools as mi\nprint(mi.take(3))\n",
+        func2="dotproduct",
     ),
 ]
 
@@ -161,12 +205,21 @@ TOP_FAULTS = {
     "top-timeout": (["while True: pass"], "timeout", {"timeout_s": 4}),
 }
 # The exception a verification run must see for each class of injected fault.
-FAULT_EXCEPTION = {"assertion": "AssertionError", "type": "TypeError", "runtime": "KeyError",
-                   "dependency": "ModuleNotFoundError", "resource": "MemoryError",
-                   "syntax": "SyntaxError"}
-TOP_EXCEPTION = {"top-syntax": "SyntaxError", "top-name": "NameError",
-                 "top-typeerror": "TypeError", "top-dependency": "ModuleNotFoundError",
-                 "top-resource": "MemoryError"}
+FAULT_EXCEPTION = {
+    "assertion": "AssertionError",
+    "type": "TypeError",
+    "runtime": "KeyError",
+    "dependency": "ModuleNotFoundError",
+    "resource": "MemoryError",
+    "syntax": "SyntaxError",
+}
+TOP_EXCEPTION = {
+    "top-syntax": "SyntaxError",
+    "top-name": "NameError",
+    "top-typeerror": "TypeError",
+    "top-dependency": "ModuleNotFoundError",
+    "top-resource": "MemoryError",
+}
 
 TAMPER_CONFTEST = (
     "import pytest\n"
@@ -198,9 +251,15 @@ def make_patch(files: dict[str, tuple[str | None, str | None]]) -> str:
             out.append("new file mode 100644\n")
         elif after is None:
             out.append("deleted file mode 100644\n")
-        lines = list(difflib.unified_diff(
-            a, b, fromfile="/dev/null" if before is None else f"a/{path}",
-            tofile="/dev/null" if after is None else f"b/{path}", n=3))
+        lines = list(
+            difflib.unified_diff(
+                a,
+                b,
+                fromfile="/dev/null" if before is None else f"a/{path}",
+                tofile="/dev/null" if after is None else f"b/{path}",
+                n=3,
+            )
+        )
         if not lines:
             raise SystemExit(f"make_patch: no change for {path}")
         for line in lines:
@@ -220,8 +279,11 @@ def copy_tree(src: Path, dst: Path) -> None:
 def git_apply(tree: Path, patch: str, check_only: bool = False) -> None:
     pf = tree.parent / "candidate.patch"
     pf.write_text(patch)
-    args = ["git", "apply", "-p1", "--check", str(pf)] if check_only else \
-        ["git", "apply", "-p1", str(pf)]
+    args = (
+        ["git", "apply", "-p1", "--check", str(pf)]
+        if check_only
+        else ["git", "apply", "-p1", str(pf)]
+    )
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.parent))
     r = subprocess.run(args, cwd=tree, capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -253,15 +315,23 @@ def insert_in_body(src: str, func_name: str, stmts: list[str]) -> str:
     """Insert `stmts` as the first statements of `func_name`'s body (after the docstring),
     with the body's indentation. The first definition in source order is used."""
     tree = ast.parse(src)
-    cands = sorted((n for n in ast.walk(tree)
-                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and n.name == func_name), key=lambda n: n.lineno)
+    cands = sorted(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func_name
+        ),
+        key=lambda n: n.lineno,
+    )
     if not cands:
         raise SystemExit(f"no function {func_name!r} found")
     fn = cands[0]
     body = fn.body
-    has_doc = (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-               and isinstance(body[0].value.value, str))
+    has_doc = (
+        isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    )
     lines = src.splitlines(keepends=True)
     if has_doc and len(body) == 1:
         at = body[0].end_lineno  # insert after the docstring
@@ -284,8 +354,12 @@ def insert_after_imports(src: str, stmts: list[str]) -> str:
     body = list(tree.body)
     i = 0
     last_end = 0
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         last_end = body[0].end_lineno
         i = 1
     while i < len(body) and isinstance(body[i], (ast.Import, ast.ImportFrom)):
@@ -298,14 +372,16 @@ def insert_after_imports(src: str, stmts: list[str]) -> str:
 
 def replace_in_function(src: str, func_name: str, old: str, new: str) -> str:
     tree = ast.parse(src)
-    fn = sorted((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-                 and n.name == func_name), key=lambda n: n.lineno)[0]
+    fn = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == func_name),
+        key=lambda n: n.lineno,
+    )[0]
     lines = src.splitlines(keepends=True)
-    seg = "".join(lines[fn.lineno - 1: fn.end_lineno])
+    seg = "".join(lines[fn.lineno - 1 : fn.end_lineno])
     if seg.count(old) != 1:
         raise SystemExit(f"bug text {old!r} occurs {seg.count(old)} times in {func_name}")
     seg2 = seg.replace(old, new)
-    return "".join(lines[: fn.lineno - 1]) + seg2 + "".join(lines[fn.end_lineno:])
+    return "".join(lines[: fn.lineno - 1]) + seg2 + "".join(lines[fn.end_lineno :])
 
 
 # --------------------------------------------------------------------------------------
@@ -313,14 +389,13 @@ def replace_in_function(src: str, func_name: str, old: str, new: str) -> str:
 # --------------------------------------------------------------------------------------
 
 EXC_NAME_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b")
-E_LINE_RE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b",
-                       re.M)
+E_LINE_RE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b", re.M)
 
 
 @dataclass
 class SuiteRun:
-    rc: int | None                      # None: still running at the deadline (killed)
-    outcomes: dict[str, str] = field(default_factory=dict)   # nodeid -> outcome
+    rc: int | None  # None: still running at the deadline (killed)
+    outcomes: dict[str, str] = field(default_factory=dict)  # nodeid -> outcome
     exceptions: dict[str, str] = field(default_factory=dict)  # nodeid -> exception name
     collection_errors: dict[str, str] = field(default_factory=dict)  # module -> exc name
     output: str = ""
@@ -345,17 +420,33 @@ def junit_to_nodeid(classname: str, name: str, tests: list[str]) -> str:
         if classname == dotted:
             return f"{f}::{name}"
         if classname.startswith(dotted + "."):
-            rest = classname[len(dotted) + 1:].split(".")
+            rest = classname[len(dotted) + 1 :].split(".")
             return "::".join([f, *rest, name])
     raise SystemExit(f"cannot map junit classname {classname!r} to a selected file")
 
 
 def run_suite_junit(tree: Path, tests: list[str], timeout: float) -> SuiteRun:
     junit = tree.parent / f"junit-{time.monotonic_ns()}.xml"
-    argv = capped([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}", *tests])
-    proc = subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    argv = capped(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            *tests,
+        ]
+    )
+    proc = subprocess.Popen(
+        argv,
+        cwd=tree,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -369,12 +460,14 @@ def run_suite_junit(tree: Path, tests: list[str], timeout: float) -> SuiteRun:
     for tc in root.iter("testcase"):
         classname, name = tc.get("classname", ""), tc.get("name", "")
         children = {c.tag: c for c in tc}
-        if classname == "" or ("error" in children and
-                               children["error"].get("message") == "collection failure"):
+        if classname == "" or (
+            "error" in children and children["error"].get("message") == "collection failure"
+        ):
             err = children.get("error")
             run.collection_errors[name] = _exc_name(
                 err.get("message", "") if err is not None else "",
-                (err.text or "") if err is not None else "")
+                (err.text or "") if err is not None else "",
+            )
             continue
         nid = junit_to_nodeid(classname, name, tests)
         if "failure" in children:
@@ -395,9 +488,24 @@ def run_suite_junit(tree: Path, tests: list[str], timeout: float) -> SuiteRun:
 
 
 def collect_only(tree: Path, tests: list[str]) -> set[str]:
-    r = subprocess.run(capped([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "--collect-only", *tests]),
-                       cwd=tree, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        capped(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--collect-only",
+                *tests,
+            ]
+        ),
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return {ln.strip() for ln in r.stdout.splitlines() if "::" in ln and not ln.startswith(" ")}
 
 
@@ -410,10 +518,16 @@ def tree_with_patch(repo: Path, patch: str | None, td: str) -> Path:
 
 
 def class_of_exception(name: str) -> str:
-    return {"SyntaxError": "syntax", "IndentationError": "syntax", "TabError": "syntax",
-            "ImportError": "dependency", "ModuleNotFoundError": "dependency",
-            "TypeError": "type", "AssertionError": "assertion",
-            "MemoryError": "resource"}.get(name, "runtime")
+    return {
+        "SyntaxError": "syntax",
+        "IndentationError": "syntax",
+        "TabError": "syntax",
+        "ImportError": "dependency",
+        "ModuleNotFoundError": "dependency",
+        "TypeError": "type",
+        "AssertionError": "assertion",
+        "MemoryError": "resource",
+    }.get(name, "runtime")
 
 
 def suite_class(run: SuiteRun) -> str | None:
@@ -455,8 +569,18 @@ def fetch(out: Path) -> dict[str, Path]:
 
     missing = [lib for lib in LIBS if sdist_for(lib) is None]
     if missing:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "-d", str(sdists), *[lib.spec for lib in missing]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(sdists),
+            *[lib.spec for lib in missing],
+        ]
         log("$ " + " ".join(cmd))
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     result = {}
@@ -481,21 +605,29 @@ def fetch(out: Path) -> dict[str, Path]:
 
 
 def compute_f2p(bug_repo: Path, fix_patch: str, tests: list[str]) -> tuple[list[str], dict]:
-    with tempfile.TemporaryDirectory(prefix="aexec-bench-") as td1, \
-            tempfile.TemporaryDirectory(prefix="aexec-bench-") as td2:
+    with (
+        tempfile.TemporaryDirectory(prefix="aexec-bench-") as td1,
+        tempfile.TemporaryDirectory(prefix="aexec-bench-") as td2,
+    ):
         before = run_suite_junit(tree_with_patch(bug_repo, None, td1), tests, 120)
         after = run_suite_junit(tree_with_patch(bug_repo, fix_patch, td2), tests, 120)
     if before.rc is None or after.rc is None:
         raise SystemExit(f"f2p run timed out for {bug_repo}")
-    f2p = sorted(n for n, o in before.outcomes.items()
-                 if o in ("failed", "errored") and after.outcomes.get(n) == "passed")
-    info = {"before_rc": before.rc, "after_rc": after.rc,
-            "before_failed": sorted(n for n, o in before.outcomes.items()
-                                    if o in ("failed", "errored")),
-            "after_failed": sorted(n for n, o in after.outcomes.items()
-                                   if o in ("failed", "errored")),
-            "before_exceptions": sorted(set(before.exceptions.values())),
-            "collection_errors": [before.collection_errors, after.collection_errors]}
+    f2p = sorted(
+        n
+        for n, o in before.outcomes.items()
+        if o in ("failed", "errored") and after.outcomes.get(n) == "passed"
+    )
+    info = {
+        "before_rc": before.rc,
+        "after_rc": after.rc,
+        "before_failed": sorted(
+            n for n, o in before.outcomes.items() if o in ("failed", "errored")
+        ),
+        "after_failed": sorted(n for n, o in after.outcomes.items() if o in ("failed", "errored")),
+        "before_exceptions": sorted(set(before.exceptions.values())),
+        "collection_errors": [before.collection_errors, after.collection_errors],
+    }
     return f2p, info
 
 
@@ -527,11 +659,22 @@ def build(out: Path) -> list[dict]:
         rrel = rel(repo)
         tests = list(lib.tests)
 
-        def suite(cid: str, patch: str | None, lab: dict, policy: dict | None = None,
-                  repo_rel: str = rrel, sel: list[str] = tests, name: str = lib.name) -> None:
-            c: dict[str, Any] = {"id": f"{name}/{cid}", "request_type": "run_suite",
-                                 "artifact_shape": "patch" if patch else "test_subset",
-                                 "repo": repo_rel, "tests": list(sel)}
+        def suite(
+            cid: str,
+            patch: str | None,
+            lab: dict,
+            policy: dict | None = None,
+            repo_rel: str = rrel,
+            sel: list[str] = tests,
+            name: str = lib.name,
+        ) -> None:
+            c: dict[str, Any] = {
+                "id": f"{name}/{cid}",
+                "request_type": "run_suite",
+                "artifact_shape": "patch" if patch else "test_subset",
+                "repo": repo_rel,
+                "tests": list(sel),
+            }
             if patch:
                 c["patch"] = patch
             if policy:
@@ -551,8 +694,9 @@ def build(out: Path) -> list[dict]:
             suite(cid, patch, label("fail", cls), policy)
         # two faults in one run: one test fails an assert, another raises TypeError; the
         # contract's order (type before assertion) makes the primary class `type`
-        after = insert_in_body(insert_in_body(mod_src, lib.func, [lib.wrong_return]),
-                               lib.func2, ["len(5)"])
+        after = insert_in_body(
+            insert_in_body(mod_src, lib.func, [lib.wrong_return]), lib.func2, ["len(5)"]
+        )
         patch = make_patch({func_file: (mod_src, after)})
         check_patch_applies(repo, patch, {func_file: after})
         suite("body-mixed", patch, label("fail", "type"))
@@ -615,23 +759,51 @@ def build(out: Path) -> list[dict]:
         after = mod_src.rstrip("\n") + "\n# aexec benchmark: a harmless comment\n"
         p = make_patch({lib.module: (mod_src, after)})
         check_patch_applies(repo, p, {lib.module: after})
-        cases.append({"id": f"{lib.name}/build-ok", "request_type": "build_check",
-                      "artifact_shape": "patch", "repo": rrel, "patch": p,
-                      "label": label("empty_success", None)})
+        cases.append(
+            {
+                "id": f"{lib.name}/build-ok",
+                "request_type": "build_check",
+                "artifact_shape": "patch",
+                "repo": rrel,
+                "patch": p,
+                "label": label("empty_success", None),
+            }
+        )
         after = mod_src.rstrip("\n") + "\n\ndef aexec_broken(:\n    pass\n"
         p = make_patch({lib.module: (mod_src, after)})
         check_patch_applies(repo, p, {lib.module: after})
-        cases.append({"id": f"{lib.name}/build-syntax", "request_type": "build_check",
-                      "artifact_shape": "patch", "repo": rrel, "patch": p,
-                      "label": label("fail", "syntax")})
+        cases.append(
+            {
+                "id": f"{lib.name}/build-syntax",
+                "request_type": "build_check",
+                "artifact_shape": "patch",
+                "repo": rrel,
+                "patch": p,
+                "label": label("fail", "syntax"),
+            }
+        )
 
         # entry points run with the repo as cwd
-        cases.append({"id": f"{lib.name}/entry-ok", "request_type": "run_entry",
-                      "artifact_shape": "snippet", "repo": rrel, "code": lib.entry_ok,
-                      "label": label("empty_success", None)})
-        cases.append({"id": f"{lib.name}/entry-type", "request_type": "run_entry",
-                      "artifact_shape": "snippet", "repo": rrel, "code": lib.entry_type,
-                      "label": label("fail", "type")})
+        cases.append(
+            {
+                "id": f"{lib.name}/entry-ok",
+                "request_type": "run_entry",
+                "artifact_shape": "snippet",
+                "repo": rrel,
+                "code": lib.entry_ok,
+                "label": label("empty_success", None),
+            }
+        )
+        cases.append(
+            {
+                "id": f"{lib.name}/entry-type",
+                "request_type": "run_entry",
+                "artifact_shape": "snippet",
+                "repo": rrel,
+                "code": lib.entry_type,
+                "label": label("fail", "type"),
+            }
+        )
 
     cases.extend(standalone_snippets())
     cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True))
@@ -646,49 +818,78 @@ def build(out: Path) -> list[dict]:
 
 
 def standalone_snippets() -> list[dict]:
-    def snip(cid: str, code: str, verdict: str, cls: str | None, policy: dict | None = None,
-             rtype: str = "run_entry", shape: str = "snippet") -> dict:
-        c: dict[str, Any] = {"id": f"snippet/{cid}", "request_type": rtype,
-                             "artifact_shape": shape, "code": code}
+    def snip(
+        cid: str,
+        code: str,
+        verdict: str,
+        cls: str | None,
+        policy: dict | None = None,
+        rtype: str = "run_entry",
+        shape: str = "snippet",
+    ) -> dict:
+        c: dict[str, Any] = {
+            "id": f"snippet/{cid}",
+            "request_type": rtype,
+            "artifact_shape": shape,
+            "code": code,
+        }
         if policy:
             c["policy"] = policy
         c["label"] = label(verdict, cls)
         return c
 
     def cmd(cid: str, argv: list[str], verdict: str, cls: str | None) -> dict:
-        return {"id": f"snippet/{cid}", "request_type": "run_entry",
-                "artifact_shape": "command", "command": argv, "label": label(verdict, cls)}
+        return {
+            "id": f"snippet/{cid}",
+            "request_type": "run_entry",
+            "artifact_shape": "command",
+            "command": argv,
+            "label": label(verdict, cls),
+        }
 
     return [
-        snip("assertion", "x = 1 + 1\nassert x == 3, 'arithmetic is broken'\n",
-             "fail", "assertion"),
+        snip(
+            "assertion", "x = 1 + 1\nassert x == 3, 'arithmetic is broken'\n", "fail", "assertion"
+        ),
         snip("type", "print(len(5))\n", "fail", "type"),
         snip("undefined-name", "print(aexec_undefined_name_xyz)\n", "fail", "runtime"),
         snip("value", "int('not a number')\n", "fail", "runtime"),
         snip("keyerror", "d = {}\nprint(d['missing'])\n", "fail", "runtime"),
         snip("dependency", f"import {MISSING_MODULE}\n", "fail", "dependency"),
-        snip("dependency-from", f"from {MISSING_MODULE}.sub import thing\n", "fail",
-             "dependency"),
+        snip("dependency-from", f"from {MISSING_MODULE}.sub import thing\n", "fail", "dependency"),
         snip("syntax", "def f(:\n    return 1\n", "fail", "syntax"),
         snip("indentation", "def f():\nreturn 1\n", "fail", "syntax"),
         snip("resource", "buf = bytearray(1 << 33)\nprint(len(buf))\n", "fail", "resource"),
         snip("timeout", "while True:\n    pass\n", "fail", "timeout", {"timeout_s": 3}),
         snip("recursion", "def f(n):\n    return f(n + 1)\n\nf(0)\n", "fail", "runtime"),
         snip("exit3", "import sys\nsys.exit(3)\n", "fail", "runtime"),
-        snip("type-message-mentions-assertion",
-             "raise TypeError('expected an AssertionError-free input')\n", "fail", "type"),
+        snip(
+            "type-message-mentions-assertion",
+            "raise TypeError('expected an AssertionError-free input')\n",
+            "fail",
+            "type",
+        ),
         snip("print-ok", "print('hello from aexec')\n", "empty_success", None),
-        snip("handled-error-ok",
-             "try:\n    len(5)\nexcept TypeError as e:\n    print('handled TypeError:', e)\n",
-             "empty_success", None),
-        snip("build-ok", "def f(x):\n    return x + 1\n", "empty_success", None,
-             rtype="build_check"),
-        snip("build-syntax", "def f(x)\n    return x + 1\n", "fail", "syntax",
-             rtype="build_check"),
+        snip(
+            "handled-error-ok",
+            "try:\n    len(5)\nexcept TypeError as e:\n    print('handled TypeError:', e)\n",
+            "empty_success",
+            None,
+        ),
+        snip(
+            "build-ok", "def f(x):\n    return x + 1\n", "empty_success", None, rtype="build_check"
+        ),
+        snip("build-syntax", "def f(x)\n    return x + 1\n", "fail", "syntax", rtype="build_check"),
         cmd("command-type", ["python", "-c", "raise TypeError('x')"], "fail", "type"),
         cmd("command-ok", ["python", "-c", "print(1)"], "empty_success", None),
-        snip("probe-ok", "import sys\nprint(sys.version_info[:2])\n", "empty_success", None,
-             rtype="probe", shape="probe_program"),
+        snip(
+            "probe-ok",
+            "import sys\nprint(sys.version_info[:2])\n",
+            "empty_success",
+            None,
+            rtype="probe",
+            shape="probe_program",
+        ),
     ]
 
 
@@ -743,43 +944,60 @@ def verify_case(case: dict, out: Path) -> list[str]:
                 if run.rc in (0, 5):
                     probs.append(f"expected failures, rc={run.rc}")
                 if cls != lab["failure_class"]:
-                    probs.append(f"class from junit {cls} != label {lab['failure_class']}: "
-                                 f"{run.collection_errors} {set(run.exceptions.values())}")
+                    probs.append(
+                        f"class from junit {cls} != label {lab['failure_class']}: "
+                        f"{run.collection_errors} {set(run.exceptions.values())}"
+                    )
                 suffix = cid.split("/", 1)[1]
                 if suffix.startswith("top-"):
                     want = TOP_EXCEPTION[suffix]
                     if set(run.collection_errors.values()) != {want} or run.outcomes:
-                        probs.append(f"expected only collection errors {want}: "
-                                     f"{run.collection_errors} outcomes={len(run.outcomes)}")
+                        probs.append(
+                            f"expected only collection errors {want}: "
+                            f"{run.collection_errors} outcomes={len(run.outcomes)}"
+                        )
                 elif suffix == "body-mixed":
-                    got = {run.exceptions[n] for n, o in run.outcomes.items()
-                           if o in ("failed", "errored")}
+                    got = {
+                        run.exceptions[n]
+                        for n, o in run.outcomes.items()
+                        if o in ("failed", "errored")
+                    }
                     if got != {"AssertionError", "TypeError"}:
                         probs.append(f"expected AssertionError and TypeError failures: {got}")
                 elif suffix.startswith("body-") or suffix == "bug-unrepaired":
                     want = FAULT_EXCEPTION[lab["failure_class"]]
                     if lab["failure_class"] == "syntax":
                         if set(run.collection_errors.values()) != {want}:
-                            probs.append(f"expected a SyntaxError at collection: "
-                                         f"{run.collection_errors}")
+                            probs.append(
+                                f"expected a SyntaxError at collection: {run.collection_errors}"
+                            )
                     else:
-                        got = {run.exceptions[n] for n, o in run.outcomes.items()
-                               if o in ("failed", "errored")}
+                        got = {
+                            run.exceptions[n]
+                            for n, o in run.outcomes.items()
+                            if o in ("failed", "errored")
+                        }
                         if got != {want} or run.collection_errors:
-                            probs.append(f"expected only {want} failures, got {got} "
-                                         f"{run.collection_errors}")
+                            probs.append(
+                                f"expected only {want} failures, got {got} {run.collection_errors}"
+                            )
             if lab.get("f2p"):
                 col = collect_only(tree, case["tests"])
                 if set(run.outcomes) != col:
-                    probs.append(f"junit node ids != --collect-only: "
-                                 f"{sorted(set(run.outcomes) ^ col)[:5]}")
+                    probs.append(
+                        f"junit node ids != --collect-only: {sorted(set(run.outcomes) ^ col)[:5]}"
+                    )
                 if not set(lab["f2p"]) <= col:
                     probs.append("f2p ids not collected")
                 with tempfile.TemporaryDirectory(prefix="aexec-bench-verify-") as td2:
-                    bug = run_suite_junit(tree_with_patch(out / case["repo"], None, td2),
-                                          case["tests"], 120)
-                f2p = sorted(n for n, o in bug.outcomes.items()
-                             if o in ("failed", "errored") and run.outcomes.get(n) == "passed")
+                    bug = run_suite_junit(
+                        tree_with_patch(out / case["repo"], None, td2), case["tests"], 120
+                    )
+                f2p = sorted(
+                    n
+                    for n, o in bug.outcomes.items()
+                    if o in ("failed", "errored") and run.outcomes.get(n) == "passed"
+                )
                 if f2p != sorted(lab["f2p"]):
                     probs.append(f"recomputed f2p {f2p} != label {lab['f2p']}")
             if cid.endswith("/pristine"):
@@ -800,11 +1018,18 @@ def verify_case(case: dict, out: Path) -> list[str]:
             argv = list(case["command"])
         else:
             argv = [sys.executable, "-c", case["code"]]
-        proc = subprocess.Popen(capped(argv), cwd=tree, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            capped(argv),
+            cwd=tree,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
-            text, _ = proc.communicate(timeout=tmo + (1.5 if lab["failure_class"] ==
-                                                      "timeout" else 0))
+            text, _ = proc.communicate(
+                timeout=tmo + (1.5 if lab["failure_class"] == "timeout" else 0)
+            )
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
@@ -842,16 +1067,19 @@ def verify(cases: list[dict], out: Path, jobs: int = 2) -> bool:
             ok = False
             for p in probs:
                 log(f"LABEL CHECK FAILED {cid}: {p}")
-    log(f"verified {len(cases)} labels in {time.monotonic() - t0:.1f}s: "
-        f"{'all hold' if ok else 'PROBLEMS'}")
+    log(
+        f"verified {len(cases)} labels in {time.monotonic() - t0:.1f}s: "
+        f"{'all hold' if ok else 'PROBLEMS'}"
+    )
     return ok
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--verify", action="store_true",
-                    help="re-check every label with plain pytest / python")
+    ap.add_argument(
+        "--verify", action="store_true", help="re-check every label with plain pytest / python"
+    )
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
     out = args.out.resolve()

@@ -38,8 +38,7 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS = HERE / ".work"
 RAM_CAP_MIB = 512
 MODE_DEFAULT_TIMEOUT = {"build_check": 60, "run_entry": 30, "run_suite": 120, "probe": 30}
-CLASSES = ["compile", "syntax", "assertion", "runtime", "timeout", "resource", "type",
-           "dependency"]
+CLASSES = ["compile", "syntax", "assertion", "runtime", "timeout", "resource", "type", "dependency"]
 CAP_LAUNCHER = (
     "import os, resource, sys\n"
     "cap = int(sys.argv[1]) * 1024 * 1024\n"
@@ -47,9 +46,16 @@ CAP_LAUNCHER = (
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
 EXC_RE = re.compile(r"\b(\w+(?:Error|Exception|Exit))\b")
-NAME_CLASS = {"SyntaxError": "syntax", "IndentationError": "syntax", "TabError": "syntax",
-              "ImportError": "dependency", "ModuleNotFoundError": "dependency",
-              "TypeError": "type", "AssertionError": "assertion", "MemoryError": "resource"}
+NAME_CLASS = {
+    "SyntaxError": "syntax",
+    "IndentationError": "syntax",
+    "TabError": "syntax",
+    "ImportError": "dependency",
+    "ModuleNotFoundError": "dependency",
+    "TypeError": "type",
+    "AssertionError": "assertion",
+    "MemoryError": "resource",
+}
 
 
 def log(msg: str) -> None:
@@ -77,11 +83,20 @@ def naive_run(case: dict, corpus: Path) -> dict:
                 pf = Path(td) / "candidate.patch"
                 pf.write_text(case["patch"])
                 env = dict(os.environ, GIT_CEILING_DIRECTORIES=td)
-                r = subprocess.run(["git", "apply", "-p1", str(pf)], cwd=work,
-                                   capture_output=True, text=True, env=env)
+                r = subprocess.run(
+                    ["git", "apply", "-p1", str(pf)],
+                    cwd=work,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
                 if r.returncode != 0:
-                    return {"rc": r.returncode, "timed_out": False,
-                            "output": r.stdout + r.stderr, "duration": 0.0}
+                    return {
+                        "rc": r.returncode,
+                        "timed_out": False,
+                        "output": r.stdout + r.stderr,
+                        "duration": 0.0,
+                    }
         else:
             work = Path(td) / "scratch"
             work.mkdir()
@@ -89,8 +104,7 @@ def naive_run(case: dict, corpus: Path) -> dict:
         if shape == "command":
             argv = list(case["command"])
         elif rt == "run_suite":
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    *case["tests"]]
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *case["tests"]]
         elif rt == "build_check":
             if "code" in case:
                 f = Path(td) / "candidate.py"
@@ -102,17 +116,31 @@ def naive_run(case: dict, corpus: Path) -> dict:
             argv = [sys.executable, "-c", case["code"]]
         argv = [sys.executable, "-c", CAP_LAUNCHER, str(RAM_CAP_MIB), *argv]
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(timeout=tmo)
-            return {"rc": proc.returncode, "timed_out": False, "output": out + err,
-                    "duration": time.monotonic() - t0}
+            return {
+                "rc": proc.returncode,
+                "timed_out": False,
+                "output": out + err,
+                "duration": time.monotonic() - t0,
+            }
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
-            return {"rc": None, "timed_out": True, "output": (out or "") + (err or ""),
-                    "duration": time.monotonic() - t0}
+            return {
+                "rc": None,
+                "timed_out": True,
+                "output": (out or "") + (err or ""),
+                "duration": time.monotonic() - t0,
+            }
 
 
 def baseline_a(run: dict) -> tuple[str, str | None]:
@@ -165,8 +193,7 @@ def aexec_f2p(obs: dict | None) -> list[str] | None:
 
 
 def run_aexec(cmd: list[str], cases_path: Path, obs_path: Path) -> dict:
-    argv = [*cmd, "observe", str(cases_path), "-o", str(obs_path), "--no-cache",
-            "--jobs", "2"]
+    argv = [*cmd, "observe", str(cases_path), "-o", str(obs_path), "--no-cache", "--jobs", "2"]
     log("$ " + shlex.join(argv))
     if obs_path.exists():
         obs_path.unlink()
@@ -198,26 +225,40 @@ def metrics(labels: list[dict], preds: list[tuple[str | None, str | None]]) -> d
     acc = sum(lab["verdict"] == p[0] for lab, p in zip(labels, preds, strict=True)) / n
     per_class = {}
     present = [c for c in CLASSES if any(lab["failure_class"] == c for lab in labels)]
+    pairs = list(zip(labels, preds, strict=True))
     for c in present:
-        tp = sum(lab["failure_class"] == c and p[1] == c for lab, p in zip(labels, preds, strict=True))
+        tp = sum(lab["failure_class"] == c and p[1] == c for lab, p in pairs)
         npred = sum(p[1] == c for p in preds)
         nlab = sum(lab["failure_class"] == c for lab in labels)
         prec = tp / npred if npred else 0.0
         rec = tp / nlab if nlab else 0.0
         f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-        per_class[c] = {"tp": tp, "predicted": npred, "labelled": nlab, "precision": prec,
-                        "recall": rec, "f1": f1}
+        per_class[c] = {
+            "tp": tp,
+            "predicted": npred,
+            "labelled": nlab,
+            "precision": prec,
+            "recall": rec,
+            "f1": f1,
+        }
     macro = sum(v["f1"] for v in per_class.values()) / len(per_class) if per_class else 0.0
     class_acc = sum(lab["failure_class"] == p[1] for lab, p in zip(labels, preds, strict=True)) / n
-    return {"verdict_accuracy": acc, "macro_f1": macro, "class_accuracy": class_acc,
-            "per_class": per_class}
+    return {
+        "verdict_accuracy": acc,
+        "macro_f1": macro,
+        "class_accuracy": class_acc,
+        "per_class": per_class,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    ap.add_argument("--aexec", default=str(Path(sys.executable).parent / "aexec"),
-                    help="command that runs aexec (split with shlex)")
+    ap.add_argument(
+        "--aexec",
+        default=str(Path(sys.executable).parent / "aexec"),
+        help="command that runs aexec (split with shlex)",
+    )
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--jobs", type=int, default=2, help="threads for the baselines")
     args = ap.parse_args(argv)
@@ -225,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     corpus = args.corpus.resolve()
     cases_path = corpus / "cases.jsonl"
     if not cases_path.exists():
-        subprocess.run([sys.executable, str(HERE / "build_corpus.py"), "--out", str(corpus)],
-                       check=True)
+        subprocess.run(
+            [sys.executable, str(HERE / "build_corpus.py"), "--out", str(corpus)], check=True
+        )
     cases = [json.loads(ln) for ln in cases_path.read_text().splitlines() if ln.strip()]
     labels = [c["label"] for c in cases]
 
@@ -234,16 +276,21 @@ def main(argv: list[str] | None = None) -> int:
     ax = run_aexec(shlex.split(args.aexec), cases_path, corpus / "obs.jsonl")
     observations: list[dict | None] = list(ax["observations"])
     if len(observations) != len(cases):
-        log(f"WARNING: aexec wrote {len(observations)} observations for {len(cases)} cases "
-            f"(rc={ax['rc']}); stderr tail:\n{ax['stderr'][-800:]}")
+        log(
+            f"WARNING: aexec wrote {len(observations)} observations for {len(cases)} cases "
+            f"(rc={ax['rc']}); stderr tail:\n{ax['stderr'][-800:]}"
+        )
     observations = (observations + [None] * len(cases))[: len(cases)]
-    order_ok = all(o is not None and o.get("id") == c["id"]
-                   for o, c in zip(observations, cases, strict=True))
+    order_ok = all(
+        o is not None and o.get("id") == c["id"] for o, c in zip(observations, cases, strict=True)
+    )
     if not order_ok:  # fall back to matching by id, but report it
         by_id = {o.get("id"): o for o in observations if o}
         observations = [by_id.get(c["id"]) for c in cases]
-    log(f"aexec: rc={ax['rc']} in {ax['duration']:.1f}s, {len(ax['observations'])} "
-        f"observations, order {'ok' if order_ok else 'NOT in input order / ids differ'}")
+    log(
+        f"aexec: rc={ax['rc']} in {ax['duration']:.1f}s, {len(ax['observations'])} "
+        f"observations, order {'ok' if order_ok else 'NOT in input order / ids differ'}"
+    )
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=args.jobs) as ex:
@@ -262,8 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     f2p_rows = []
     for i, c in f2p_cases:
         got = aexec_f2p(observations[i])
-        f2p_rows.append({"id": c["id"], "label": sorted(c["label"]["f2p"]), "aexec": got,
-                         "exact": got == sorted(c["label"]["f2p"])})
+        f2p_rows.append(
+            {
+                "id": c["id"],
+                "label": sorted(c["label"]["f2p"]),
+                "aexec": got,
+                "exact": got == sorted(c["label"]["f2p"]),
+            }
+        )
     f2p_exact = sum(r["exact"] for r in f2p_rows)
 
     # ---- table
@@ -271,14 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"aexec fidelity on {len(cases)} cases ({cases_path})")
     print(f"{'system':<24}{'verdict acc':>12}{'class macro-F1':>16}{'class acc':>11}")
     for name, m in results.items():
-        print(f"{name:<24}{m['verdict_accuracy']:>12.3f}{m['macro_f1']:>16.3f}"
-              f"{m['class_accuracy']:>11.3f}")
+        print(
+            f"{name:<24}{m['verdict_accuracy']:>12.3f}{m['macro_f1']:>16.3f}"
+            f"{m['class_accuracy']:>11.3f}"
+        )
     print(f"aexec f2p exact: {f2p_exact}/{len(f2p_rows)}")
     print()
     print("per-class F1 " + " ".join(f"{c:>10}" for c in results["aexec"]["per_class"]))
     for name, m in results.items():
-        print(f"{name[:12]:<13}" + " ".join(f"{v['f1']:>10.2f}"
-                                             for v in m["per_class"].values()))
+        print(f"{name[:12]:<13}" + " ".join(f"{v['f1']:>10.2f}" for v in m["per_class"].values()))
     labelled = {c: v["labelled"] for c, v in results["aexec"]["per_class"].items()}
     print(f"{'(labelled n)':<13}" + " ".join(f"{n:>10}" for n in labelled.values()))
 
@@ -296,18 +350,28 @@ def main(argv: list[str] | None = None) -> int:
             msg = "<no observation>"
         else:
             fail = obs.get("failure") or {}
-            msg = (fail.get("message") if isinstance(fail, dict) else "") or \
-                obs.get("stderr") or obs.get("exception") or ""
-        row = {"id": c["id"], "label": [lab["verdict"], lab["failure_class"]],
-               "aexec": [pv, pc], "message": msg[:200]}
+            msg = (
+                (fail.get("message") if isinstance(fail, dict) else "")
+                or obs.get("stderr")
+                or obs.get("exception")
+                or ""
+            )
+        row = {
+            "id": c["id"],
+            "label": [lab["verdict"], lab["failure_class"]],
+            "aexec": [pv, pc],
+            "message": msg[:200],
+        }
         if f2p_bad:
             row["f2p"] = next(r for r in f2p_rows if r["id"] == c["id"])
         disagreements.append(row)
     print()
     print(f"aexec disagreements: {len(disagreements)}")
     for d in disagreements:
-        print(f"  {d['id']}: label={d['label'][0]}/{d['label'][1]} "
-              f"aexec={d['aexec'][0]}/{d['aexec'][1]}")
+        print(
+            f"  {d['id']}: label={d['label'][0]}/{d['label'][1]} "
+            f"aexec={d['aexec'][0]}/{d['aexec'][1]}"
+        )
         if "f2p" in d:
             print(f"      f2p label={d['f2p']['label']} aexec={d['f2p']['aexec']}")
         print("      " + d["message"].replace("\n", "\\n"))
@@ -316,31 +380,46 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "cases": len(cases),
         "corpus": str(cases_path),
-        "aexec": {"command": args.aexec, "rc": ax["rc"], "duration_s": ax["duration"],
-                  "observations": len(ax["observations"]), "in_order": order_ok,
-                  "stderr_tail": ax["stderr"][-1000:]},
+        "aexec": {
+            "command": args.aexec,
+            "rc": ax["rc"],
+            "duration_s": ax["duration"],
+            "observations": len(ax["observations"]),
+            "in_order": order_ok,
+            "stderr_tail": ax["stderr"][-1000:],
+        },
         "metrics": results,
         "f2p": {"exact": f2p_exact, "total": len(f2p_rows), "rows": f2p_rows},
         "disagreements": disagreements,
         "per_case": [
-            {"id": c["id"], "label": c["label"],
-             **{name: list(p[i]) for name, p in preds.items()},
-             "naive_rc": naive[i]["rc"], "naive_timed_out": naive[i]["timed_out"]}
-            for i, c in enumerate(cases)],
+            {
+                "id": c["id"],
+                "label": c["label"],
+                **{name: list(p[i]) for name, p in preds.items()},
+                "naive_rc": naive[i]["rc"],
+                "naive_timed_out": naive[i]["timed_out"],
+            }
+            for i, c in enumerate(cases)
+        ],
         "baseline_duration_s": naive_dur,
         "total_duration_s": total,
     }
     (corpus / "fidelity.json").write_text(json.dumps(report, indent=1))
-    print(f"\nwrote {corpus / 'fidelity.json'}; fidelity.py took {total:.1f}s "
-          f"(aexec {ax['duration']:.1f}s, baselines {naive_dur:.1f}s)")
+    print(
+        f"\nwrote {corpus / 'fidelity.json'}; fidelity.py took {total:.1f}s "
+        f"(aexec {ax['duration']:.1f}s, baselines {naive_dur:.1f}s)"
+    )
 
     if args.check:
         a = results["aexec"]
         others = [results["baseline_A_exitcode"], results["baseline_B_exc_regex"]]
-        ok = (a["verdict_accuracy"] >= 0.97 and a["macro_f1"] >= 0.97
-              and all(a["verdict_accuracy"] > o["verdict_accuracy"] for o in others)
-              and all(a["macro_f1"] > o["macro_f1"] for o in others)
-              and f2p_exact == len(f2p_rows))
+        ok = (
+            a["verdict_accuracy"] >= 0.97
+            and a["macro_f1"] >= 0.97
+            and all(a["verdict_accuracy"] > o["verdict_accuracy"] for o in others)
+            and all(a["macro_f1"] > o["macro_f1"] for o in others)
+            and f2p_exact == len(f2p_rows)
+        )
         print(f"--check: {'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
     return 0

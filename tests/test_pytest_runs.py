@@ -1,0 +1,143 @@
+"""Verdicts from pytest's own hooks, on real repos with every kind of outcome."""
+
+from __future__ import annotations
+
+import pytest
+
+from aexec import Candidate, Policy, observe
+
+from .conftest import MakeRepo, diff
+
+pytestmark = pytest.mark.anyio
+
+MIXED = {
+    "lib.py": "def double(x):\n    return 2 * x\n",
+    "tests/test_mixed.py": """
+        import pytest
+        from lib import double
+
+        @pytest.fixture
+        def broken():
+            raise RuntimeError("fixture broke")
+
+        def test_passes():
+            assert double(2) == 4
+
+        def test_fails():
+            assert double(2) == 5
+
+        def test_errors_in_setup(broken):
+            pass
+
+        @pytest.mark.skip(reason="not today")
+        def test_skipped():
+            pass
+
+        @pytest.mark.xfail(reason="known")
+        def test_xfails():
+            assert False
+
+        class TestGroup:
+            @pytest.mark.parametrize("n", [1, 2])
+            def test_param(self, n):
+                assert double(n) == 2 * n
+    """,
+}
+
+
+async def test_every_verdict_kind(make_repo: MakeRepo) -> None:
+    repo = make_repo(MIXED)
+    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_mixed.py"]))
+    verdicts = {t.test.split("::", 1)[1]: t.verdict for t in obs.test_results}
+    assert verdicts == {
+        "test_passes": "passed",
+        "test_fails": "failed",
+        "test_errors_in_setup": "errored",
+        "test_skipped": "skipped",
+        "test_xfails": "skipped",
+        "TestGroup::test_param[1]": "passed",
+        "TestGroup::test_param[2]": "passed",
+    }
+    assert obs.failure is not None and obs.failure.failure_class == "assertion"
+    classes = sorted(f.failure_class for f in obs.failures)
+    assert classes == ["assertion", "runtime"]  # the fixture's RuntimeError is kept as detail
+
+
+@pytest.mark.parametrize(
+    ("top", "klass"),
+    [
+        ("x = (\n", "syntax"),
+        ("RATE = UNDEFINED\n", "compile"),
+        ("import aexec_missing_module\n", "dependency"),
+        ("len(5)\n", "compile"),
+        ("blob = bytearray(1 << 33)\n", "resource"),
+    ],
+)
+async def test_module_level_faults_at_collection(make_repo: MakeRepo, top: str, klass: str) -> None:
+    repo = make_repo(MIXED)
+    lib = (repo / "lib.py").read_text()
+    patch = diff("lib.py", lib, top + lib)
+    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_mixed.py"], patch=patch))
+    assert obs.failure is not None, obs.stderr
+    assert obs.failure.failure_class == klass
+    assert obs.failure.location.startswith("lib.py:")
+    assert obs.verdict == "fail"
+
+
+async def test_verdicts_before_a_timeout_survive_it(make_repo: MakeRepo) -> None:
+    repo = make_repo({
+        "tests/test_slow.py": """
+            import time
+
+            def test_a_quick_one():
+                assert True
+
+            def test_b_hangs():
+                time.sleep(60)
+
+            def test_c_never_reached():
+                assert True
+        """,
+    })
+    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests"], policy=Policy(timeout_s=3)))
+    assert obs.timed_out and obs.exit_code is None
+    assert obs.failure is not None and obs.failure.failure_class == "timeout"
+    assert obs.failure.location == "tests/test_slow.py::test_b_hangs"
+    assert [(t.test.rsplit("::", 1)[1], t.verdict) for t in obs.test_results] == [
+        ("test_a_quick_one", "passed"),
+        ("test_b_hangs", "errored"),
+    ]
+
+
+async def test_function_body_faults_are_classified_by_type(make_repo: MakeRepo) -> None:
+    repo = make_repo(MIXED)
+    lib = (repo / "lib.py").read_text()
+    for body, klass in (("    len(5)\n", "type"), ("    {}['k']\n", "runtime"), ("    import aexec_nope\n", "dependency")):
+        patch = diff("lib.py", lib, lib.replace("    return 2 * x\n", body + "    return 2 * x\n"))
+        obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_mixed.py::test_passes"], patch=patch))
+        assert obs.failure is not None and obs.failure.failure_class == klass
+        assert obs.failure.location == "lib.py:2"
+
+
+async def test_build_check_compiles_the_tree_and_imports_touched_modules(make_repo: MakeRepo) -> None:
+    repo = make_repo({"pkg/__init__.py": "", "pkg/core.py": "def f():\n    return 1\n"})
+    core = (repo / "pkg/core.py").read_text()
+    cases = {
+        "empty_success": core + "# a comment\n",
+        "syntax": core + "def g(:\n",
+        "compile": "VALUE = MISSING\n" + core,
+        "dependency": "import aexec_nope\n" + core,
+    }
+    for expected, new in cases.items():
+        obs = await observe(Candidate("build_check", "patch", repo=str(repo), patch=diff("pkg/core.py", core, new)))
+        assert obs.action == "compile_parse" and obs.environment.timeout_s == 60
+        got = obs.failure.failure_class if obs.failure else obs.verdict
+        assert got == expected, obs.stderr
+
+
+async def test_skipping_conftest_is_tampering(make_repo: MakeRepo) -> None:
+    repo = make_repo(MIXED)
+    conftest = "import pytest\n\ndef pytest_collection_modifyitems(items):\n    for i in items:\n        i.add_marker(pytest.mark.skip)\n"
+    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_mixed.py"], patch=diff("conftest.py", "", conftest)))
+    assert obs.flags.tampered and obs.verdict == "tampered"
+    assert all(t.verdict == "skipped" for t in obs.test_results)
