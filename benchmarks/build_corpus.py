@@ -279,11 +279,7 @@ def copy_tree(src: Path, dst: Path) -> None:
 def git_apply(tree: Path, patch: str, check_only: bool = False) -> None:
     pf = tree.parent / "candidate.patch"
     pf.write_text(patch)
-    args = (
-        ["git", "apply", "-p1", "--check", str(pf)]
-        if check_only
-        else ["git", "apply", "-p1", str(pf)]
-    )
+    args = ["git", "apply", "-p1", "--check", str(pf)] if check_only else ["git", "apply", "-p1", str(pf)]
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.parent))
     r = subprocess.run(args, cwd=tree, capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -621,9 +617,7 @@ def compute_f2p(bug_repo: Path, fix_patch: str, tests: list[str]) -> tuple[list[
     info = {
         "before_rc": before.rc,
         "after_rc": after.rc,
-        "before_failed": sorted(
-            n for n, o in before.outcomes.items() if o in ("failed", "errored")
-        ),
+        "before_failed": sorted(n for n, o in before.outcomes.items() if o in ("failed", "errored")),
         "after_failed": sorted(n for n, o in after.outcomes.items() if o in ("failed", "errored")),
         "before_exceptions": sorted(set(before.exceptions.values())),
         "collection_errors": [before.collection_errors, after.collection_errors],
@@ -694,9 +688,7 @@ def build(out: Path) -> list[dict]:
             suite(cid, patch, label("fail", cls), policy)
         # two faults in one run: one test fails an assert, another raises TypeError; the
         # contract's order (type before assertion) makes the primary class `type`
-        after = insert_in_body(
-            insert_in_body(mod_src, lib.func, [lib.wrong_return]), lib.func2, ["len(5)"]
-        )
+        after = insert_in_body(insert_in_body(mod_src, lib.func, [lib.wrong_return]), lib.func2, ["len(5)"])
         patch = make_patch({func_file: (mod_src, after)})
         check_patch_applies(repo, patch, {func_file: after})
         suite("body-mixed", patch, label("fail", "type"))
@@ -848,9 +840,7 @@ def standalone_snippets() -> list[dict]:
         }
 
     return [
-        snip(
-            "assertion", "x = 1 + 1\nassert x == 3, 'arithmetic is broken'\n", "fail", "assertion"
-        ),
+        snip("assertion", "x = 1 + 1\nassert x == 3, 'arithmetic is broken'\n", "fail", "assertion"),
         snip("type", "print(len(5))\n", "fail", "type"),
         snip("undefined-name", "print(aexec_undefined_name_xyz)\n", "fail", "runtime"),
         snip("value", "int('not a number')\n", "fail", "runtime"),
@@ -876,9 +866,7 @@ def standalone_snippets() -> list[dict]:
             "empty_success",
             None,
         ),
-        snip(
-            "build-ok", "def f(x):\n    return x + 1\n", "empty_success", None, rtype="build_check"
-        ),
+        snip("build-ok", "def f(x):\n    return x + 1\n", "empty_success", None, rtype="build_check"),
         snip("build-syntax", "def f(x)\n    return x + 1\n", "fail", "syntax", rtype="build_check"),
         cmd("command-type", ["python", "-c", "raise TypeError('x')"], "fail", "type"),
         cmd("command-ok", ["python", "-c", "print(1)"], "empty_success", None),
@@ -957,42 +945,28 @@ def verify_case(case: dict, out: Path) -> list[str]:
                             f"{run.collection_errors} outcomes={len(run.outcomes)}"
                         )
                 elif suffix == "body-mixed":
-                    got = {
-                        run.exceptions[n]
-                        for n, o in run.outcomes.items()
-                        if o in ("failed", "errored")
-                    }
+                    got = {run.exceptions[n] for n, o in run.outcomes.items() if o in ("failed", "errored")}
                     if got != {"AssertionError", "TypeError"}:
                         probs.append(f"expected AssertionError and TypeError failures: {got}")
                 elif suffix.startswith("body-") or suffix == "bug-unrepaired":
                     want = FAULT_EXCEPTION[lab["failure_class"]]
                     if lab["failure_class"] == "syntax":
                         if set(run.collection_errors.values()) != {want}:
-                            probs.append(
-                                f"expected a SyntaxError at collection: {run.collection_errors}"
-                            )
+                            probs.append(f"expected a SyntaxError at collection: {run.collection_errors}")
                     else:
                         got = {
-                            run.exceptions[n]
-                            for n, o in run.outcomes.items()
-                            if o in ("failed", "errored")
+                            run.exceptions[n] for n, o in run.outcomes.items() if o in ("failed", "errored")
                         }
                         if got != {want} or run.collection_errors:
-                            probs.append(
-                                f"expected only {want} failures, got {got} {run.collection_errors}"
-                            )
+                            probs.append(f"expected only {want} failures, got {got} {run.collection_errors}")
             if lab.get("f2p"):
                 col = collect_only(tree, case["tests"])
                 if set(run.outcomes) != col:
-                    probs.append(
-                        f"junit node ids != --collect-only: {sorted(set(run.outcomes) ^ col)[:5]}"
-                    )
+                    probs.append(f"junit node ids != --collect-only: {sorted(set(run.outcomes) ^ col)[:5]}")
                 if not set(lab["f2p"]) <= col:
                     probs.append("f2p ids not collected")
                 with tempfile.TemporaryDirectory(prefix="aexec-bench-verify-") as td2:
-                    bug = run_suite_junit(
-                        tree_with_patch(out / case["repo"], None, td2), case["tests"], 120
-                    )
+                    bug = run_suite_junit(tree_with_patch(out / case["repo"], None, td2), case["tests"], 120)
                 f2p = sorted(
                     n
                     for n, o in bug.outcomes.items()
@@ -1027,9 +1001,7 @@ def verify_case(case: dict, out: Path) -> list[str]:
             start_new_session=True,
         )
         try:
-            text, _ = proc.communicate(
-                timeout=tmo + (1.5 if lab["failure_class"] == "timeout" else 0)
-            )
+            text, _ = proc.communicate(timeout=tmo + (1.5 if lab["failure_class"] == "timeout" else 0))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
@@ -1067,19 +1039,14 @@ def verify(cases: list[dict], out: Path, jobs: int = 2) -> bool:
             ok = False
             for p in probs:
                 log(f"LABEL CHECK FAILED {cid}: {p}")
-    log(
-        f"verified {len(cases)} labels in {time.monotonic() - t0:.1f}s: "
-        f"{'all hold' if ok else 'PROBLEMS'}"
-    )
+    log(f"verified {len(cases)} labels in {time.monotonic() - t0:.1f}s: {'all hold' if ok else 'PROBLEMS'}")
     return ok
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument(
-        "--verify", action="store_true", help="re-check every label with plain pytest / python"
-    )
+    ap.add_argument("--verify", action="store_true", help="re-check every label with plain pytest / python")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
     out = args.out.resolve()

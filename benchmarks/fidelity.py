@@ -266,9 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = args.corpus.resolve()
     cases_path = corpus / "cases.jsonl"
     if not cases_path.exists():
-        subprocess.run(
-            [sys.executable, str(HERE / "build_corpus.py"), "--out", str(corpus)], check=True
-        )
+        subprocess.run([sys.executable, str(HERE / "build_corpus.py"), "--out", str(corpus)], check=True)
     cases = [json.loads(ln) for ln in cases_path.read_text().splitlines() if ln.strip()]
     labels = [c["label"] for c in cases]
 
@@ -281,9 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(rc={ax['rc']}); stderr tail:\n{ax['stderr'][-800:]}"
         )
     observations = (observations + [None] * len(cases))[: len(cases)]
-    order_ok = all(
-        o is not None and o.get("id") == c["id"] for o, c in zip(observations, cases, strict=True)
-    )
+    order_ok = all(o is not None and o.get("id") == c["id"] for o, c in zip(observations, cases, strict=True))
     if not order_ok:  # fall back to matching by id, but report it
         by_id = {o.get("id"): o for o in observations if o}
         observations = [by_id.get(c["id"]) for c in cases]
@@ -324,10 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"aexec fidelity on {len(cases)} cases ({cases_path})")
     print(f"{'system':<24}{'verdict acc':>12}{'class macro-F1':>16}{'class acc':>11}")
     for name, m in results.items():
-        print(
-            f"{name:<24}{m['verdict_accuracy']:>12.3f}{m['macro_f1']:>16.3f}"
-            f"{m['class_accuracy']:>11.3f}"
-        )
+        print(f"{name:<24}{m['verdict_accuracy']:>12.3f}{m['macro_f1']:>16.3f}{m['class_accuracy']:>11.3f}")
     print(f"aexec f2p exact: {f2p_exact}/{len(f2p_rows)}")
     print()
     print("per-class F1 " + " ".join(f"{c:>10}" for c in results["aexec"]["per_class"]))
@@ -368,10 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"aexec disagreements: {len(disagreements)}")
     for d in disagreements:
-        print(
-            f"  {d['id']}: label={d['label'][0]}/{d['label'][1]} "
-            f"aexec={d['aexec'][0]}/{d['aexec'][1]}"
-        )
+        print(f"  {d['id']}: label={d['label'][0]}/{d['label'][1]} aexec={d['aexec'][0]}/{d['aexec'][1]}")
         if "f2p" in d:
             print(f"      f2p label={d['f2p']['label']} aexec={d['f2p']['aexec']}")
         print("      " + d["message"].replace("\n", "\\n"))

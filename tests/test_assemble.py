@@ -34,9 +34,16 @@ def test_changed_pytest_section_is_tampering() -> None:
 
 def _ev(**verdicts: str) -> Evidence:
     return Evidence(
-        runner="pytest", exit_code=0, signal=None, timed_out=False, duration=0.1,
+        runner="pytest",
+        exit_code=0,
+        signal=None,
+        timed_out=False,
+        duration=0.1,
         tests=tuple(ParsedTest(n, v) for n, v in verdicts.items()),  # type: ignore[arg-type]
-        errors=(), in_flight=None, pytest_exit=0, parse_uncertain=False,
+        errors=(),
+        in_flight=None,
+        pytest_exit=0,
+        parse_uncertain=False,
     )
 
 
@@ -53,12 +60,28 @@ def test_disagreeing_rerun_keeps_the_worse_verdict() -> None:
 
 
 def test_fail_to_pass_and_pass_to_pass() -> None:
-    after = [ParsedTest("fixed", "passed"), ParsedTest("kept", "passed"), ParsedTest("new", "passed"),
-             ParsedTest("broke", "failed"), ParsedTest("skip", "skipped"), ParsedTest("was_error", "passed")]
-    before = {"fixed": "failed", "kept": "passed", "broke": "passed", "skip": "failed", "was_error": "errored"}
+    after = [
+        ParsedTest("fixed", "passed"),
+        ParsedTest("kept", "passed"),
+        ParsedTest("new", "passed"),
+        ParsedTest("broke", "failed"),
+        ParsedTest("skip", "skipped"),
+        ParsedTest("was_error", "passed"),
+    ]
+    before = {
+        "fixed": "failed",
+        "kept": "passed",
+        "broke": "passed",
+        "skip": "failed",
+        "was_error": "errored",
+    }
     got = {t.test: (t.f2p, t.p2p) for t in tag(after, before)}  # type: ignore[arg-type]
     assert got == {
-        "fixed": (True, False), "kept": (False, True), "new": (True, False),
-        "broke": (False, False), "skip": (False, False), "was_error": (True, False),
+        "fixed": (True, False),
+        "kept": (False, True),
+        "new": (True, False),
+        "broke": (False, False),
+        "skip": (False, False),
+        "was_error": (True, False),
     }
     assert all(not (t.f2p or t.p2p) for t in tag(after, None))

@@ -31,9 +31,7 @@ def test_every_pair_follows_the_table(request_type: str, shape: str) -> None:
 
 
 def test_only_discriminate_arms_the_probe() -> None:
-    armed = {
-        (r, s) for r in REQUEST_TYPES for s in ARTIFACT_SHAPES if classify(r, s).probe_gated
-    }
+    armed = {(r, s) for r in REQUEST_TYPES for s in ARTIFACT_SHAPES if classify(r, s).probe_gated}
     assert armed == {("discriminate", s) for s in ARTIFACT_SHAPES}
 
 

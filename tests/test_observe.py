@@ -15,7 +15,7 @@ import aexec
 from aexec import Candidate, Policy, RequestError, observe, observe_many
 from aexec._workspace import hash_tree
 
-from .conftest import MakeRepo, diff, live_pids_with
+from .conftest import diff, live_pids_with
 
 pytestmark = pytest.mark.anyio
 
@@ -25,7 +25,9 @@ TESTS = ["tests/test_cart.py"]
 
 def fix_patch(shop: Path) -> str:
     old = (shop / CART).read_text()
-    return diff(CART, old, old.replace("round(subtotal - discount, 2)", "round(subtotal * (1 - discount), 2)"))
+    return diff(
+        CART, old, old.replace("round(subtotal - discount, 2)", "round(subtotal * (1 - discount), 2)")
+    )
 
 
 def suite(shop: Path, patch: str | None = None, **kw: object) -> Candidate:
@@ -41,7 +43,10 @@ async def test_repair_is_a_verified_pass_with_exact_f2p(shop: Path, scratch_tmp:
     f2p = {t.test for t in obs.test_results if t.f2p}
     p2p = {t.test for t in obs.test_results if t.p2p}
     assert f2p == {"tests/test_cart.py::test_total_with_discount", "tests/test_cart.py::test_cart_total"}
-    assert p2p == {"tests/test_cart.py::test_total_without_discount", "tests/test_cart.py::test_negative_price_rejected"}
+    assert p2p == {
+        "tests/test_cart.py::test_total_without_discount",
+        "tests/test_cart.py::test_negative_price_rejected",
+    }
     assert obs.environment.timeout_s == 120 and obs.action == "test_execution"
     assert len(obs.artifact_version) == 64
     assert hash_tree(str(shop)) == before_hash, "the original repo was written to"
@@ -77,7 +82,9 @@ async def test_pytest_config_section_change_is_tampering(shop: Path) -> None:
     assert not obs2.flags.tampered and obs2.verdict == "pass"
 
 
-async def test_patch_that_escapes_or_does_not_apply_is_a_failure_observation(shop: Path, scratch_tmp: Path) -> None:
+async def test_patch_that_escapes_or_does_not_apply_is_a_failure_observation(
+    shop: Path, scratch_tmp: Path
+) -> None:
     escape = "diff --git a/../evil.py b/../evil.py\nnew file mode 100644\n--- /dev/null\n+++ b/../evil.py\n@@ -0,0 +1 @@\n+x = 1\n"
     stale = diff(CART, "nothing like the file\n", "something else\n")
     for patch, words in ((escape, "escapes the repository"), (stale, "patch does not apply")):
@@ -96,7 +103,10 @@ async def test_selection_without_tests_is_empty_success(shop: Path) -> None:
 
 
 async def test_passing_snippet_and_build_check_are_empty_success() -> None:
-    for c in (Candidate("run_entry", "snippet", code="print(42)"), Candidate("build_check", "snippet", code="x = 1")):
+    for c in (
+        Candidate("run_entry", "snippet", code="print(42)"),
+        Candidate("build_check", "snippet", code="x = 1"),
+    ):
         obs = await observe(c)
         assert (obs.verdict, obs.failure, obs.flags.empty_success) == ("empty_success", None, True)
     assert (await observe(Candidate("run_entry", "snippet", code="print(42)"))).stdout == "42\n"
@@ -133,7 +143,9 @@ async def test_memory_cap_is_the_declared_one() -> None:
 
 
 async def test_timeout_is_recorded_with_its_deadline(scratch_tmp: Path) -> None:
-    obs = await observe(Candidate("run_entry", "snippet", code="while True: pass", policy=Policy(timeout_s=1)))
+    obs = await observe(
+        Candidate("run_entry", "snippet", code="while True: pass", policy=Policy(timeout_s=1))
+    )
     assert obs.timed_out and obs.exit_code is None
     assert obs.failure is not None and obs.failure.failure_class == "timeout"
     assert obs.environment.timeout_s == 1
@@ -159,7 +171,9 @@ async def test_cache_hit_does_not_run_again(tmp_path: Path, monkeypatch: pytest.
     assert obs.verdict == "error" and "cache hit" in (obs.error or "")
 
 
-async def test_identical_candidates_and_before_runs_are_shared(shop: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_identical_candidates_and_before_runs_are_shared(
+    shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import aexec._api as api
 
     runs = 0
@@ -184,14 +198,21 @@ async def test_identical_candidates_and_before_runs_are_shared(shop: Path, monke
 
 
 async def test_results_keep_input_order_and_a_bad_candidate_names_its_index(shop: Path) -> None:
-    cs = [Candidate("run_entry", "snippet", id=i, code=f"import time; time.sleep({0.3 * (3 - i)}); print({i})") for i in range(4)]
+    cs = [
+        Candidate("run_entry", "snippet", id=i, code=f"import time; time.sleep({0.3 * (3 - i)}); print({i})")
+        for i in range(4)
+    ]
     got = await observe_many(cs, limit=4)
     assert [o.stdout for o in got] == [f"{i}\n" for i in range(4)]
     with pytest.raises(RequestError, match=r"candidate 1 .*repo"):
-        await observe_many([cs[0], Candidate("run_suite", "test_subset", repo=str(shop / "nope"), tests=TESTS)])
+        await observe_many(
+            [cs[0], Candidate("run_suite", "test_subset", repo=str(shop / "nope"), tests=TESTS)]
+        )
 
 
-async def test_cancelling_observe_kills_the_tree_and_removes_scratch(scratch_tmp: Path, tmp_path: Path) -> None:
+async def test_cancelling_observe_kills_the_tree_and_removes_scratch(
+    scratch_tmp: Path, tmp_path: Path
+) -> None:
     marker = f"aexec-test-{uuid.uuid4()}"
     ready = tmp_path / "ready"
     code = (
@@ -232,7 +253,9 @@ async def test_candidate_sees_a_declared_environment(monkeypatch: pytest.MonkeyP
 async def test_declared_interpreter_is_used_and_recorded(tmp_path: Path) -> None:
     link = tmp_path / "mypython"
     link.symlink_to(sys.executable)
-    obs = await observe(Candidate("run_entry", "snippet", code="import sys; print(sys.executable)", python=str(link)))
+    obs = await observe(
+        Candidate("run_entry", "snippet", code="import sys; print(sys.executable)", python=str(link))
+    )
     assert obs.environment.toolchain == str(link)
     assert obs.stdout.strip() == str(link)
     with pytest.raises(RequestError, match="python"):
@@ -256,9 +279,26 @@ async def test_stage_events_carry_the_candidate_id() -> None:
 async def test_observation_round_trips_through_the_contract_json(shop: Path) -> None:
     obs = await observe(suite(shop, fix_patch(shop)))
     data = aexec.unstructure(obs)
-    for field in ("action", "environment", "cwd", "artifact_version", "exit_code", "duration", "timed_out",
-                  "stdout", "stderr", "exception", "changed_state", "test_results", "resource_usage",
-                  "failure", "flags", "probe_evidence", "cache_hit", "id"):
+    for field in (
+        "action",
+        "environment",
+        "cwd",
+        "artifact_version",
+        "exit_code",
+        "duration",
+        "timed_out",
+        "stdout",
+        "stderr",
+        "exception",
+        "changed_state",
+        "test_results",
+        "resource_usage",
+        "failure",
+        "flags",
+        "probe_evidence",
+        "cache_hit",
+        "id",
+    ):
         assert field in data
     assert set(data["flags"]) >= {"empty_success", "tampered", "nondeterministic", "parse_uncertain"}
     assert set(data["test_results"][0]) == {"test", "verdict", "f2p", "p2p"}

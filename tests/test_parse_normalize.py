@@ -14,7 +14,14 @@ CWD = "/tmp/aexec-x/work"
 SNIPPET = "/tmp/aexec-x/.aexec/snippet.py"
 
 
-def exc(type_: str, *, phase: str = "call", frames: list[list[Any]] | None = None, nodeid: str | None = None, **kw: Any) -> dict[str, Any]:
+def exc(
+    type_: str,
+    *,
+    phase: str = "call",
+    frames: list[list[Any]] | None = None,
+    nodeid: str | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
     import builtins
 
     cls = getattr(builtins, type_, None)
@@ -31,10 +38,24 @@ def exc(type_: str, *, phase: str = "call", frames: list[list[Any]] | None = Non
     }
 
 
-def raw(*records: dict[str, Any], exit_code: int | None = 1, timed_out: bool = False, signal: int | None = None, stderr: str = "") -> RawRun:
+def raw(
+    *records: dict[str, Any],
+    exit_code: int | None = 1,
+    timed_out: bool = False,
+    signal: int | None = None,
+    stderr: str = "",
+) -> RawRun:
     return RawRun(
-        exit_code=exit_code, signal=signal, timed_out=timed_out, duration=0.5, stdout="",
-        stderr=stderr, records=tuple(records), bad_records=0, cpu_s=0.1, peak_ram_mib=10,
+        exit_code=exit_code,
+        signal=signal,
+        timed_out=timed_out,
+        duration=0.5,
+        stdout="",
+        stderr=stderr,
+        records=tuple(records),
+        bad_records=0,
+        cpu_s=0.1,
+        peak_ram_mib=10,
     )
 
 
@@ -45,8 +66,10 @@ def classes(run: RawRun, runner: str = "pytest") -> list[str]:
 
 def test_pytest_verdicts_come_from_records() -> None:
     run = raw(
-        {"kind": "start", "nodeid": "t.py::a"}, {"kind": "test", "nodeid": "t.py::a", "verdict": "passed"},
-        {"kind": "start", "nodeid": "t.py::b"}, exc("AssertionError", nodeid="t.py::b", frames=[[f"{CWD}/t.py", 3, "b"]]),
+        {"kind": "start", "nodeid": "t.py::a"},
+        {"kind": "test", "nodeid": "t.py::a", "verdict": "passed"},
+        {"kind": "start", "nodeid": "t.py::b"},
+        exc("AssertionError", nodeid="t.py::b", frames=[[f"{CWD}/t.py", 3, "b"]]),
         {"kind": "test", "nodeid": "t.py::b", "verdict": "failed"},
         {"kind": "end", "exitstatus": 1},
     )
@@ -61,9 +84,11 @@ def test_pytest_verdicts_come_from_records() -> None:
 
 def test_verdicts_reported_before_a_timeout_survive() -> None:
     run = raw(
-        {"kind": "start", "nodeid": "t.py::a"}, {"kind": "test", "nodeid": "t.py::a", "verdict": "passed"},
+        {"kind": "start", "nodeid": "t.py::a"},
+        {"kind": "test", "nodeid": "t.py::a", "verdict": "passed"},
         {"kind": "start", "nodeid": "t.py::hangs"},
-        exit_code=None, timed_out=True,
+        exit_code=None,
+        timed_out=True,
     )
     ev = parse(run, "pytest", cwd=CWD, snippet=None)
     assert {t.nodeid: t.verdict for t in ev.tests} == {"t.py::a": "passed", "t.py::hangs": "errored"}
@@ -83,13 +108,19 @@ def test_verdicts_reported_before_a_timeout_survive() -> None:
         (exc("MemoryError", phase="collect"), "resource"),
         (exc("TypeError"), "type"),
         (exc("AssertionError"), "assertion"),
-        (exc("_pytest.outcomes.Failed", bases=["_pytest.outcomes.Failed", "builtins.BaseException"]), "assertion"),
+        (
+            exc("_pytest.outcomes.Failed", bases=["_pytest.outcomes.Failed", "builtins.BaseException"]),
+            "assertion",
+        ),
         (exc("ImportError"), "dependency"),
         (exc("KeyError"), "runtime"),
         (exc("MemoryError"), "resource"),
         (exc("OSError", errno=27), "resource"),  # EFBIG: the file-size cap
         # a lazy import inside a test hits module-level code of a broken module
-        (exc("NameError", frames=[[f"{CWD}/t.py", 3, "test_x"], [f"{CWD}/pkg/mod.py", 1, "<module>"]]), "compile"),
+        (
+            exc("NameError", frames=[[f"{CWD}/t.py", 3, "test_x"], [f"{CWD}/pkg/mod.py", 1, "<module>"]]),
+            "compile",
+        ),
     ],
 )
 def test_each_exception_gets_its_class(record: dict[str, Any], expected: str) -> None:
@@ -108,8 +139,14 @@ def test_first_true_wins_across_tests() -> None:
 
 
 def test_snippet_top_level_name_error_is_runtime_but_an_imported_module_is_compile() -> None:
-    own = exc("NameError", phase="run", frames=[["/usr/lib/python3.11/runpy.py", 88, "_run_code"], [SNIPPET, 1, "<module>"]])
-    imported = exc("NameError", phase="run", frames=[[SNIPPET, 1, "<module>"], [f"{CWD}/pkg/mod.py", 3, "<module>"]])
+    own = exc(
+        "NameError",
+        phase="run",
+        frames=[["/usr/lib/python3.11/runpy.py", 88, "_run_code"], [SNIPPET, 1, "<module>"]],
+    )
+    imported = exc(
+        "NameError", phase="run", frames=[[SNIPPET, 1, "<module>"], [f"{CWD}/pkg/mod.py", 3, "<module>"]]
+    )
     assert classes(raw(own), "snippet") == ["runtime"]
     assert classes(raw(imported), "snippet") == ["compile"]
 
@@ -139,20 +176,20 @@ def test_sys_exit_without_exception_is_runtime() -> None:
     assert classes(raw({"kind": "exit", "code": "3"}, exit_code=3), "snippet") == ["runtime"]
 
 
-RECORDED_STDERR = '''Traceback (most recent call last):
+RECORDED_STDERR = """Traceback (most recent call last):
   File "/tmp/aexec-x/work/tool.py", line 4, in <module>
     main()
   File "/tmp/aexec-x/work/tool.py", line 2, in main
     return len(5)
            ^^^^^^
 TypeError: object of type 'int' has no len()
-'''
+"""
 
-RECORDED_SYNTAX = '''  File "<string>", line 1
+RECORDED_SYNTAX = """  File "<string>", line 1
     x = (
         ^
 SyntaxError: '(' was never closed
-'''
+"""
 
 
 def test_command_tracebacks_are_read_by_convention() -> None:

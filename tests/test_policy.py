@@ -8,10 +8,10 @@ from aexec import Policy, RequestError
 from aexec._policy import declare, limits
 
 
-def _declare(mode: str, policy: Policy = Policy()):  # type: ignore[no-untyped-def]
+def _declare(mode: str, policy: Policy | None = None):  # type: ignore[no-untyped-def]
     return declare(
         mode,  # type: ignore[arg-type]
-        policy,
+        policy or Policy(),
         toolchain="/usr/bin/python3",
         toolchain_version="CPython 3.11",
         enforced={"network": "net_namespace"},

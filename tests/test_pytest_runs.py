@@ -77,7 +77,9 @@ async def test_module_level_faults_at_collection(make_repo: MakeRepo, top: str, 
     repo = make_repo(MIXED)
     lib = (repo / "lib.py").read_text()
     patch = diff("lib.py", lib, top + lib)
-    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_mixed.py"], patch=patch))
+    obs = await observe(
+        Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_mixed.py"], patch=patch)
+    )
     assert obs.failure is not None, obs.stderr
     assert obs.failure.failure_class == klass
     assert obs.failure.location.startswith("lib.py:")
@@ -85,8 +87,9 @@ async def test_module_level_faults_at_collection(make_repo: MakeRepo, top: str, 
 
 
 async def test_verdicts_before_a_timeout_survive_it(make_repo: MakeRepo) -> None:
-    repo = make_repo({
-        "tests/test_slow.py": """
+    repo = make_repo(
+        {
+            "tests/test_slow.py": """
             import time
 
             def test_a_quick_one():
@@ -98,8 +101,11 @@ async def test_verdicts_before_a_timeout_survive_it(make_repo: MakeRepo) -> None
             def test_c_never_reached():
                 assert True
         """,
-    })
-    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests"], policy=Policy(timeout_s=3)))
+        }
+    )
+    obs = await observe(
+        Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests"], policy=Policy(timeout_s=3))
+    )
     assert obs.timed_out and obs.exit_code is None
     assert obs.failure is not None and obs.failure.failure_class == "timeout"
     assert obs.failure.location == "tests/test_slow.py::test_b_hangs"
@@ -112,9 +118,21 @@ async def test_verdicts_before_a_timeout_survive_it(make_repo: MakeRepo) -> None
 async def test_function_body_faults_are_classified_by_type(make_repo: MakeRepo) -> None:
     repo = make_repo(MIXED)
     lib = (repo / "lib.py").read_text()
-    for body, klass in (("    len(5)\n", "type"), ("    {}['k']\n", "runtime"), ("    import aexec_nope\n", "dependency")):
+    for body, klass in (
+        ("    len(5)\n", "type"),
+        ("    {}['k']\n", "runtime"),
+        ("    import aexec_nope\n", "dependency"),
+    ):
         patch = diff("lib.py", lib, lib.replace("    return 2 * x\n", body + "    return 2 * x\n"))
-        obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_mixed.py::test_passes"], patch=patch))
+        obs = await observe(
+            Candidate(
+                "run_suite",
+                "test_subset",
+                repo=str(repo),
+                tests=["tests/test_mixed.py::test_passes"],
+                patch=patch,
+            )
+        )
         assert obs.failure is not None and obs.failure.failure_class == klass
         assert obs.failure.location == "lib.py:2"
 
@@ -129,7 +147,9 @@ async def test_build_check_compiles_the_tree_and_imports_touched_modules(make_re
         "dependency": "import aexec_nope\n" + core,
     }
     for expected, new in cases.items():
-        obs = await observe(Candidate("build_check", "patch", repo=str(repo), patch=diff("pkg/core.py", core, new)))
+        obs = await observe(
+            Candidate("build_check", "patch", repo=str(repo), patch=diff("pkg/core.py", core, new))
+        )
         assert obs.action == "compile_parse" and obs.environment.timeout_s == 60
         got = obs.failure.failure_class if obs.failure else obs.verdict
         assert got == expected, obs.stderr
@@ -138,6 +158,14 @@ async def test_build_check_compiles_the_tree_and_imports_touched_modules(make_re
 async def test_skipping_conftest_is_tampering(make_repo: MakeRepo) -> None:
     repo = make_repo(MIXED)
     conftest = "import pytest\n\ndef pytest_collection_modifyitems(items):\n    for i in items:\n        i.add_marker(pytest.mark.skip)\n"
-    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_mixed.py"], patch=diff("conftest.py", "", conftest)))
+    obs = await observe(
+        Candidate(
+            "run_suite",
+            "test_subset",
+            repo=str(repo),
+            tests=["tests/test_mixed.py"],
+            patch=diff("conftest.py", "", conftest),
+        )
+    )
     assert obs.flags.tampered and obs.verdict == "tampered"
     assert all(t.verdict == "skipped" for t in obs.test_results)

@@ -1,8 +1,8 @@
 """``observe`` and ``observe_many``: the stages wired into one pipeline.
 
-    (a) classify → (b) declare the policy → (f) cache key → (c) execute → (d) parse
-    → (e) normalize → (g) assemble, with the FAIL_TO_PASS before-run and the
-    confirming re-run of a passing suite.
+(a) classify → (b) declare the policy → (f) cache key → (c) execute → (d) parse
+→ (e) normalize → (g) assemble, with the FAIL_TO_PASS before-run and the
+confirming re-run of a passing suite.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import attrs
 import structlog
 
 from . import _serde
-from ._assemble import Run, assemble, ran_tests, reconcile, refused, touches_oracle, unobserved
+from ._assemble import Head, Run, assemble, ran_tests, reconcile, refused, touches_oracle, unobserved
 from ._cache import DiskCache, Inflight, cache_key
 from ._classify import Classification, Runner, check
 from ._errors import RequestError
@@ -47,6 +47,7 @@ from ._workspace import (
     pytest_config,
     remove_scratch,
     snapshot,
+    write_private,
 )
 
 log = structlog.get_logger(__name__)
@@ -139,7 +140,12 @@ def _modules(paths: Iterable[str], roots: list[str], work: str) -> list[str]:
     out: list[str] = []
     for p in paths:
         base = os.path.basename(p)
-        if not p.endswith(".py") or base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py":
+        if (
+            not p.endswith(".py")
+            or base.startswith("test_")
+            or base.endswith("_test.py")
+            or base == "conftest.py"
+        ):
             continue
         full = os.path.join(work, p)
         if not os.path.isfile(full):
@@ -180,14 +186,11 @@ async def _run_once(
                 return e
             assert candidate.repo is not None
             config_changed = any(
-                pytest_config(candidate.repo, n) != pytest_config(scratch.work, n)
-                for n in PYTEST_CONFIGS
+                pytest_config(candidate.repo, n) != pytest_config(scratch.work, n) for n in PYTEST_CONFIGS
             )
         snippet = None
         if candidate.code is not None:
-            snippet = os.path.join(scratch.private, SNIPPET_NAME)
-            with open(snippet, "w", encoding="utf-8") as f:
-                f.write(candidate.code)
+            snippet = write_private(scratch, SNIPPET_NAME, candidate.code)
         lim = limits(env)
         roots = import_roots(scratch.work) if candidate.repo is not None else [scratch.work]
         report = os.path.join(scratch.private, "report.jsonl")
@@ -206,9 +209,7 @@ async def _run_once(
             "pytest_args": [*PYTEST_ARGS, f"--rootdir={scratch.work}", *candidate.tests],
             "import_modules": _modules(touched, roots, scratch.work),
         }
-        spec_path = os.path.join(scratch.private, "spec.json")
-        with open(spec_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f)
+        spec_path = write_private(scratch, "spec.json", json.dumps(spec))
         before = snapshot(scratch.root)
         invocation = Invocation(
             argv=(python, "-s", DRIVER, spec_path),
@@ -236,7 +237,9 @@ async def _run_once(
             await anyio.to_thread.run_sync(remove_scratch, scratch)
 
 
-async def _observe_one(session: _Session, candidate: Candidate, classification: Classification, runner: Runner) -> ExecutionObservation:
+async def _observe_one(
+    session: _Session, candidate: Candidate, classification: Classification, runner: Runner
+) -> ExecutionObservation:
     blog = log.bind(candidate=candidate.id)
     python = _resolve_python(candidate.python)
     tool = await _toolchain(python)
@@ -256,7 +259,9 @@ async def _observe_one(session: _Session, candidate: Candidate, classification: 
     version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
     declared = _serde.unstructure_env(env)
     command = {"runner": runner, "tests": list(candidate.tests), "pytest_args": list(PYTEST_ARGS)}
-    key = cache_key(aexec=VERSION, code=version, environment=declared, command=command, toolchain=tool.fingerprint)
+    key = cache_key(
+        aexec=VERSION, code=version, environment=declared, command=command, toolchain=tool.fingerprint
+    )
     blog.debug("policy", timeout_s=env.timeout_s, ram_mib=env.ram_cap_mib, cache_key=key[:12])
     if session.cache is not None:
         hit = session.cache.get(key)
@@ -270,7 +275,9 @@ async def _observe_one(session: _Session, candidate: Candidate, classification: 
                 return attrs.evolve(obs, id=candidate.id, cache_hit=True)
 
     async def witness() -> ExecutionObservation:
-        obs = await _witness(session, candidate, classification, runner, env, python, tool, repo_hash, version, key, declared)
+        obs = await _witness(
+            session, candidate, classification, runner, env, python, tool, repo_hash, version, key, declared
+        )
         if session.cache is not None:
             session.cache.put(key, _serde.unstructure(obs))
         return obs
@@ -280,13 +287,23 @@ async def _observe_one(session: _Session, candidate: Candidate, classification: 
 
 
 async def _before_run(
-    session: _Session, candidate: Candidate, runner: Runner, env: Environment, python: str,
-    tool: _Toolchain, repo_hash: str | None, declared: Mapping[str, Any],
+    session: _Session,
+    candidate: Candidate,
+    runner: Runner,
+    env: Environment,
+    python: str,
+    tool: _Toolchain,
+    repo_hash: str | None,
+    declared: Mapping[str, Any],
 ) -> dict[str, TestVerdict]:
     """Per-test verdicts of the selection on the unpatched repo (cached, shared)."""
     key = cache_key(
-        aexec=VERSION, role="before", code=artifact_version(repo_hash, None, None, None),
-        environment=declared, tests=list(candidate.tests), toolchain=tool.fingerprint,
+        aexec=VERSION,
+        role="before",
+        code=artifact_version(repo_hash, None, None, None),
+        environment=declared,
+        tests=list(candidate.tests),
+        toolchain=tool.fingerprint,
     )
     if session.cache is not None:
         hit = session.cache.get(key)
@@ -306,19 +323,27 @@ async def _before_run(
 
 
 async def _witness(
-    session: _Session, candidate: Candidate, classification: Classification, runner: Runner,
-    env: Environment, python: str, tool: _Toolchain, repo_hash: str | None, version: str,
-    key: str, declared: Mapping[str, Any],
+    session: _Session,
+    candidate: Candidate,
+    classification: Classification,
+    runner: Runner,
+    env: Environment,
+    python: str,
+    tool: _Toolchain,
+    repo_hash: str | None,
+    version: str,
+    key: str,
+    declared: Mapping[str, Any],
 ) -> ExecutionObservation:
     blog = log.bind(candidate=candidate.id)
-    common = {"ident": candidate.id, "classification": classification, "artifact_version": version, "cache_key": key, "aexec_version": VERSION}
+    head = Head(candidate.id, classification, version, key, VERSION)
     touched: list[str] = []
     before: dict[str, TestVerdict] | None = None
     try:
         if candidate.patch is not None:
             touched = await anyio.to_thread.run_sync(patch_paths, candidate.patch)
     except PatchError as e:
-        return refused(environment=env, message=f"patch refused: {e}", **common)
+        return refused(head, environment=env, message=f"patch refused: {e}")
     async with anyio.create_task_group() as tg:
         if runner == "pytest" and candidate.patch is not None:
 
@@ -327,17 +352,26 @@ async def _witness(
                 before = await _before_run(session, candidate, runner, env, python, tool, repo_hash, declared)
 
             tg.start_soon(get_before)
-        done = await _run_once(session, candidate, runner, env, python, patch=candidate.patch, touched=touched)
+        done = await _run_once(
+            session, candidate, runner, env, python, patch=candidate.patch, touched=touched
+        )
         if isinstance(done, PatchError):
             tg.cancel_scope.cancel()  # no before-run is needed for a patch that cannot land
     if isinstance(done, PatchError):
         blog.info("patch_refused", error=str(done))
-        return refused(environment=env, message=f"patch does not apply: {done}", **common)
+        return refused(head, environment=env, message=f"patch does not apply: {done}")
     run, config_changed = done
-    blog.info("executed", exit_code=run.evidence.exit_code, timed_out=run.evidence.timed_out, duration=round(run.evidence.duration, 3))
+    blog.info(
+        "executed",
+        exit_code=run.evidence.exit_code,
+        timed_out=run.evidence.timed_out,
+        duration=round(run.evidence.duration, 3),
+    )
     reverified: bool | None = None
     if runner == "pytest" and not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests):
-        redo = await _run_once(session, candidate, runner, env, python, patch=candidate.patch, touched=touched)
+        redo = await _run_once(
+            session, candidate, runner, env, python, patch=candidate.patch, touched=touched
+        )
         if isinstance(redo, PatchError):  # it applied a moment ago: the host changed under us
             raise redo
         again = redo[0]
@@ -348,10 +382,16 @@ async def _witness(
             run = attrs.evolve(again, evidence=merged)
     tampered = candidate.patch is not None and touches_oracle(touched, candidate.tests, config_changed)
     obs = assemble(
-        environment=with_scratch(env, run.scratch_root), run=run, before=before,
-        reverified=reverified, tampered=tampered, **common,
+        head,
+        environment=with_scratch(env, run.scratch_root),
+        run=run,
+        before=before,
+        reverified=reverified,
+        tampered=tampered,
     )
-    blog.info("observed", verdict=obs.verdict, failure_class=obs.failure.failure_class if obs.failure else None)
+    blog.info(
+        "observed", verdict=obs.verdict, failure_class=obs.failure.failure_class if obs.failure else None
+    )
     return obs
 
 
@@ -361,9 +401,13 @@ def _leaves(error: BaseException) -> list[BaseException]:
     return [error]
 
 
-def _unobserved(candidate: Candidate, classification: Classification, error: BaseException) -> ExecutionObservation:
+def _unobserved(
+    candidate: Candidate, classification: Classification, error: BaseException
+) -> ExecutionObservation:
     message = "; ".join(f"{type(e).__name__}: {e}" for e in _leaves(error))
-    return unobserved(ident=candidate.id, classification=classification, message=message, aexec_version=VERSION)
+    return unobserved(
+        ident=candidate.id, classification=classification, message=message, aexec_version=VERSION
+    )
 
 
 async def observe(candidate: Candidate, *, cache_dir: str | None = None) -> ExecutionObservation:

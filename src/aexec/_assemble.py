@@ -90,6 +90,17 @@ def verdict_of(failure: Failure | None, flags: Flags) -> Verdict:
 
 
 @attrs.frozen
+class Head:
+    """What every observation of one request says about where it came from."""
+
+    ident: str | int | None
+    classification: Classification
+    artifact_version: str
+    cache_key: str
+    aexec_version: str
+
+
+@attrs.frozen
 class Run:
     """One execution's evidence with where it happened."""
 
@@ -104,17 +115,13 @@ class Run:
 
 
 def assemble(
+    head: Head,
     *,
-    ident: str | int | None,
-    classification: Classification,
     environment: Environment,
-    artifact_version: str,
     run: Run,
     before: Mapping[str, TestVerdict] | None,
     reverified: bool | None,
     tampered: bool,
-    cache_key: str,
-    aexec_version: str,
 ) -> ExecutionObservation:
     """The single `ExecutionObservation` of a run. ``reverified`` is None when no re-run happened."""
     ev = run.evidence
@@ -131,12 +138,12 @@ def assemble(
     if run.cpu_s is not None and ev.duration > 0:
         cpu = round(min(1.0, run.cpu_s / (ev.duration * environment.cpu_cap_cores)), 4)
     return ExecutionObservation(
-        id=ident,
-        action=classification.mode,
+        id=head.ident,
+        action=head.classification.mode,
         verdict=verdict_of(primary, flags),
         environment=environment,
         cwd=run.cwd,
-        artifact_version=artifact_version,
+        artifact_version=head.artifact_version,
         exit_code=ev.exit_code,
         signal=None if ev.signal is None else signal_name(ev.signal),
         duration=round(ev.duration, 6),
@@ -150,35 +157,26 @@ def assemble(
         failure=primary,
         failures=tuple(f.failure for f in found),
         flags=flags,
-        request_type=classification.request_type,
-        probe_gated=classification.probe_gated,
-        cache_key=cache_key,
-        aexec_version=aexec_version,
+        request_type=head.classification.request_type,
+        probe_gated=head.classification.probe_gated,
+        cache_key=head.cache_key,
+        aexec_version=head.aexec_version,
     )
 
 
-def refused(
-    *,
-    ident: str | int | None,
-    classification: Classification,
-    environment: Environment,
-    artifact_version: str,
-    message: str,
-    cache_key: str,
-    aexec_version: str,
-) -> ExecutionObservation:
+def refused(head: Head, *, environment: Environment, message: str) -> ExecutionObservation:
     """The observation of a candidate whose patch could not be applied: nothing ran.
 
     The artifact does not build, so the class is ``compile``, located at the patch.
     """
     failure = Failure("compile", "patch", message, None, 0.0)
     return ExecutionObservation(
-        id=ident,
-        action=classification.mode,
+        id=head.ident,
+        action=head.classification.mode,
         verdict="fail",
         environment=environment,
         cwd="",
-        artifact_version=artifact_version,
+        artifact_version=head.artifact_version,
         exit_code=None,
         duration=0.0,
         timed_out=False,
@@ -191,10 +189,10 @@ def refused(
         failure=failure,
         failures=(failure,),
         flags=Flags(),
-        request_type=classification.request_type,
-        probe_gated=classification.probe_gated,
-        cache_key=cache_key,
-        aexec_version=aexec_version,
+        request_type=head.classification.request_type,
+        probe_gated=head.classification.probe_gated,
+        cache_key=head.cache_key,
+        aexec_version=head.aexec_version,
     )
 
 

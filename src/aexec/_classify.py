@@ -36,9 +36,7 @@ def classify(request_type: RequestType, artifact_shape: ArtifactShape, artifact:
         mode = "targeted_execution"
     elif request_type == "run_suite" and artifact_shape == "test_subset":
         mode = "test_execution"
-    elif request_type == "probe" and artifact_shape == "probe_program":
-        mode = "diagnostic_probe"
-    elif request_type == "discriminate":
+    elif (request_type == "probe" and artifact_shape == "probe_program") or request_type == "discriminate":
         mode = "diagnostic_probe"
     return Classification(
         mode=mode,
@@ -73,7 +71,7 @@ def plan(candidate: Candidate, mode: Mode) -> Runner:
 
 def check(candidate: Candidate) -> tuple[Classification, Runner]:
     """Classify and plan ``candidate``, checking the fields its runner needs (no I/O)."""
-    c = classify(candidate.request_type, candidate.artifact_shape, candidate.id or "")
+    c = classify(candidate.request_type, candidate.artifact_shape, str(candidate.id or ""))
     runner = plan(candidate, c.mode)
     if candidate.command is not None and (
         not candidate.command or not all(isinstance(a, str) for a in candidate.command)

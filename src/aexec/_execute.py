@@ -94,8 +94,7 @@ def detect_isolation() -> Isolation:
         if not ok:
             log.warning(
                 "isolation_degraded",
-                reason="PID/network namespaces unavailable; killing by process group, "
-                "network not blocked",
+                reason="PID/network namespaces unavailable; killing by process group, network not blocked",
             )
         _detected = Isolation(namespaces=ok)
     return _detected
@@ -150,7 +149,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
+    out: list[int] = []
+    todo = [pid]
     while todo and len(out) < 4096:
         p = todo.pop()
         out.append(p)

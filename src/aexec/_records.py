@@ -26,11 +26,11 @@ __all__ = [
     "Candidate",
     "Environment",
     "ExecutionObservation",
-    "RawRun",
     "Failure",
     "Flags",
     "FsBoundary",
     "Policy",
+    "RawRun",
     "ResourceUsage",
     "TestResult",
 ]

@@ -64,9 +64,7 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
         if name not in fields:
             raise RequestError(f"missing `{name}`")
         if fields[name] not in allowed:
-            raise RequestError(
-                f"unknown {name} {fields[name]!r} (expected one of {', '.join(allowed)})"
-            )
+            raise RequestError(f"unknown {name} {fields[name]!r} (expected one of {', '.join(allowed)})")
     ident = fields.pop("id", None)
     if ident is not None and (not isinstance(ident, str | int) or isinstance(ident, bool)):
         raise RequestError("`id` must be a string")
@@ -74,9 +72,7 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
         _check_policy(fields["policy"])
     for name in ("command", "tests"):
         value = fields.get(name)
-        if value is not None and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
-        ):
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise RequestError(f"`{name}` must be a list of strings")
     for name in ("code", "repo", "patch", "python"):
         value = fields.get(name)

@@ -70,6 +70,14 @@ def make_scratch() -> Scratch:
     return s
 
 
+def write_private(scratch: Scratch, name: str, text: str) -> str:
+    """A small file in the scratch root's private dir (a few KiB: not worth a thread)."""
+    path = os.path.join(scratch.private, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
 def remove_scratch(scratch: Scratch) -> None:
     try:
         shutil.rmtree(scratch.root)
@@ -122,7 +130,9 @@ def hash_tree(root: str) -> str:
     return h.hexdigest()
 
 
-def artifact_version(repo_hash: str | None, patch: str | None, code: str | None, command: Iterable[str] | None) -> str:
+def artifact_version(
+    repo_hash: str | None, patch: str | None, code: str | None, command: Iterable[str] | None
+) -> str:
     h = hashlib.sha256()
     for part in (repo_hash, patch, code, None if command is None else "\0".join(command)):
         h.update(b"-" if part is None else b"+" + part.encode("utf-8", "surrogateescape"))

@@ -1,0 +1,143 @@
+"""The command line, run as a real subprocess, against the JSONL contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import EXAMPLES
+
+AEXEC = [sys.executable, "-m", "aexec"]
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*AEXEC, *args], capture_output=True, text=True, cwd=cwd, timeout=300, check=False)
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def example_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    d = tmp_path_factory.mktemp("cli")
+    out, cache = d / "obs.jsonl", d / "cache"
+    done = run("observe", str(EXAMPLES / "cases.jsonl"), "-o", str(out), "--cache-dir", str(cache))
+    return done, out, cache
+
+
+def test_shipped_example_gives_one_line_per_request_in_order(
+    example_run: tuple[subprocess.CompletedProcess[str], Path, Path],
+) -> None:
+    done, out, _ = example_run
+    assert done.returncode == 0, done.stderr
+    cases = [json.loads(line) for line in (EXAMPLES / "cases.jsonl").read_text().splitlines() if line.strip()]
+    got = lines(out)
+    assert [o["id"] for o in got] == [c["id"] for c in cases]
+    by_id = {o["id"]: o for o in got}
+    assert by_id["suite-fix"]["verdict"] == "pass"
+    assert by_id["suite-tamper-test"]["verdict"] == "tampered"
+    assert by_id["suite-no-tests"]["flags"]["empty_success"] is True
+    assert by_id["suite-module-name-error"]["failure"]["failure_class"] == "compile"
+    assert by_id["snippet-timeout"]["failure"]["failure_class"] == "timeout"
+    assert "observed 14 requests" in done.stderr and "cache hits: 0" in done.stderr
+
+
+def test_second_run_is_served_from_the_cache(
+    example_run: tuple[subprocess.CompletedProcess[str], Path, Path], tmp_path: Path
+) -> None:
+    _, first_out, cache = example_run
+    out = tmp_path / "again.jsonl"
+    done = run("observe", str(EXAMPLES / "cases.jsonl"), "-o", str(out), "--cache-dir", str(cache))
+    assert done.returncode == 0, done.stderr
+    again = lines(out)
+    assert all(o["cache_hit"] for o in again)
+    for a, b in zip(lines(first_out), again, strict=True):
+        a.pop("cache_hit"), b.pop("cache_hit")
+        assert a == b
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "words"),
+    [
+        ("{not json", "bad JSON"),
+        (
+            '{"request_type": "explode", "artifact_shape": "snippet", "code": "1"}',
+            "unknown request_type 'explode'",
+        ),
+        (
+            '{"request_type": "run_suite", "artifact_shape": "test_subset", "tests": ["t.py"]}',
+            "run_suite needs `repo`",
+        ),
+        (
+            '{"request_type": "run_suite", "artifact_shape": "test_subset", "repo": "no/such/dir", "tests": []}',
+            "is not a directory",
+        ),
+        (
+            '{"request_type": "run_entry", "artifact_shape": "snippet", "code": "1", "policy": {"timeout_s": "soon"}}',
+            "policy.timeout_s",
+        ),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_malformed_file_is_rejected_whole_naming_the_line(tmp_path: Path, bad_line: str, words: str) -> None:
+    cases = tmp_path / "cases.jsonl"
+    good = json.dumps(
+        {"id": "ok", "request_type": "run_entry", "artifact_shape": "snippet", "code": "print(1)"}
+    )
+    cases.write_text(good + "\n\n" + bad_line + "\n" + good + "\n")
+    out = tmp_path / "obs.jsonl"
+    done = run("observe", str(cases), "-o", str(out))
+    assert done.returncode == 2
+    message = done.stderr.strip()
+    assert "\n" not in message
+    assert f"{cases}:3:" in message and words in message
+    assert not out.exists(), "nothing may run when the file is rejected"
+
+
+def test_unknown_fields_are_ignored_and_blank_lines_skipped(tmp_path: Path) -> None:
+    cases = tmp_path / "cases.jsonl"
+    rows = [
+        {
+            "id": i,
+            "request_type": "run_entry",
+            "artifact_shape": "snippet",
+            "code": f"print({i})",
+            "label": "x",
+        }
+        for i in range(3)
+    ]
+    cases.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n   \n")
+    out = tmp_path / "obs.jsonl"
+    done = run("observe", str(cases), "-o", str(out), "--no-cache", "--jobs", "2")
+    assert done.returncode == 0, done.stderr
+    assert [o["stdout"] for o in lines(out)] == ["0\n", "1\n", "2\n"]
+    assert "ignoring fields the contract does not define: label (3×)" in done.stderr
+
+
+def test_relative_repo_resolves_against_the_cases_file(tmp_path: Path) -> None:
+    cases = tmp_path / "cases.jsonl"
+    case = {
+        "request_type": "run_suite",
+        "artifact_shape": "test_subset",
+        "repo": os.path.relpath(EXAMPLES / "shop", tmp_path),
+        "tests": ["tests/test_cart.py::test_total_without_discount"],
+    }
+    cases.write_text(json.dumps(case) + "\n")
+    out = tmp_path / "obs.jsonl"
+    done = run("observe", "cases.jsonl", "-o", str(out), "--no-cache", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (obs,) = lines(out)
+    assert obs["verdict"] == "pass"
+
+
+def test_no_cache_and_cache_dir_exclude_each_other(tmp_path: Path) -> None:
+    done = run("observe", "x.jsonl", "-o", "y", "--no-cache", "--cache-dir", str(tmp_path))
+    assert done.returncode == 2 and "not allowed with" in done.stderr
