@@ -18,13 +18,14 @@ from aexec._parse import Evidence, ParsedTest
         (["tests/helpers.py"], ["tests"], True),  # a directory selection covers its files
         (["tests/conftest.py"], ["tests/test_mod.py"], True),
         (["conftest.py"], [], True),
+        (["tests/test_new.py"], [], False),  # an empty selection has no test files
         (["deep/er/conftest.py"], ["tests/test_mod.py"], True),
         (["pytest.ini"], ["tests/test_mod.py"], True),
-        (["tests/test_new.py"], [], True),  # the whole suite is the oracle
-        (["README.md"], [], False),
+        (["tests/test_new.py"], None, True),  # the whole suite is the oracle
+        (["README.md"], None, False),
     ],
 )
-def test_diff_scope_check(paths: list[str], selectors: list[str], expected: bool) -> None:
+def test_diff_scope_check(paths: list[str], selectors: list[str] | None, expected: bool) -> None:
     assert touches_oracle(paths, selectors, config_changed=False) is expected
 
 

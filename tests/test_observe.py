@@ -303,3 +303,14 @@ async def test_observation_round_trips_through_the_contract_json(shop: Path) -> 
     assert set(data["flags"]) >= {"empty_success", "tampered", "nondeterministic", "parse_uncertain"}
     assert set(data["test_results"][0]) == {"test", "verdict", "f2p", "p2p"}
     assert aexec.structure(data) == obs
+
+
+async def test_omitted_tests_run_the_whole_suite_and_an_empty_list_selects_nothing(shop: Path) -> None:
+    whole = await observe(Candidate("run_suite", "test_subset", repo=str(shop)))
+    assert len(whole.test_results) == 4 and whole.verdict == "fail"
+    nothing = await observe(Candidate("run_suite", "test_subset", repo=str(shop), tests=[]))
+    assert nothing.test_results == () and nothing.verdict == "empty_success"
+    parsed, _ = aexec.candidate_from_json(
+        {"request_type": "run_suite", "artifact_shape": "test_subset", "repo": "r", "tests": []}
+    )
+    assert parsed.tests == ()

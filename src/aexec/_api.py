@@ -116,7 +116,7 @@ def validate(candidate: Candidate) -> tuple[Classification, Runner]:
     if candidate.repo is not None:
         if not os.path.isdir(candidate.repo):
             raise RequestError(f"repo: {candidate.repo!r} is not a directory")
-        for i, sel in enumerate(candidate.tests):
+        for i, sel in enumerate(candidate.tests or ()):
             path = sel.split("::", 1)[0]
             created = candidate.patch is not None and f"+++ b/{path}" in candidate.patch
             if not created and not os.path.exists(os.path.join(candidate.repo, path)):
@@ -133,6 +133,13 @@ class _Session:
         self.observations: Inflight[ExecutionObservation] = Inflight()
         self.befores: Inflight[dict[str, TestVerdict]] = Inflight()
         self.isolation: Isolation = detect_isolation()
+
+
+def selection(tests: tuple[str, ...] | None) -> list[str]:
+    """pytest's arguments for a selection: all of the suite, these selectors, or nothing."""
+    if tests is None:
+        return []
+    return list(tests) if tests else ["--ignore-glob=*"]
 
 
 def _modules(paths: Iterable[str], roots: list[str], work: str) -> list[str]:
@@ -206,7 +213,7 @@ async def _run_once(
             },
             "snippet": snippet,
             "argv": list(candidate.command or ()),
-            "pytest_args": [*PYTEST_ARGS, f"--rootdir={scratch.work}", *candidate.tests],
+            "pytest_args": [*PYTEST_ARGS, f"--rootdir={scratch.work}", *selection(candidate.tests)],
             "import_modules": _modules(touched, roots, scratch.work),
         }
         spec_path = write_private(scratch, "spec.json", json.dumps(spec))
@@ -258,7 +265,7 @@ async def _observe_one(
         repo_hash = await anyio.to_thread.run_sync(hash_tree, candidate.repo)
     version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
     declared = _serde.unstructure_env(env)
-    command = {"runner": runner, "tests": list(candidate.tests), "pytest_args": list(PYTEST_ARGS)}
+    command = {"runner": runner, "tests": candidate.tests, "pytest_args": list(PYTEST_ARGS)}
     key = cache_key(
         aexec=VERSION, code=version, environment=declared, command=command, toolchain=tool.fingerprint
     )
@@ -302,7 +309,7 @@ async def _before_run(
         role="before",
         code=artifact_version(repo_hash, None, None, None),
         environment=declared,
-        tests=list(candidate.tests),
+        tests=candidate.tests,
         toolchain=tool.fingerprint,
     )
     if session.cache is not None:

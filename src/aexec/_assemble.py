@@ -32,16 +32,20 @@ PYTEST_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pytest.to
 _WORSE: dict[TestVerdict, int] = {"passed": 0, "skipped": 1, "failed": 2, "errored": 3}
 
 
-def touches_oracle(paths: Iterable[str], selectors: Iterable[str], config_changed: bool) -> bool:
-    """The diff-scope check: does a patch touch a selected test file or pytest's config?"""
+def touches_oracle(paths: Iterable[str], selectors: Iterable[str] | None, config_changed: bool) -> bool:
+    """The diff-scope check: does a patch touch a selected test file or pytest's config?
+
+    ``selectors`` is None when the whole suite is selected: then every test file counts.
+    """
     if config_changed:
         return True
-    targets = [s.split("::", 1)[0].rstrip("/") for s in selectors]
+    whole_suite = selectors is None
+    targets = [s.split("::", 1)[0].rstrip("/") for s in selectors or ()]
     for path in paths:
         name = posixpath.basename(path)
         if name in PYTEST_FILES:
             return True
-        if not targets and (name.startswith("test_") or name.endswith("_test.py")):
+        if whole_suite and (name.startswith("test_") or name.endswith("_test.py")):
             return True  # the whole suite is selected: every test file is the oracle
         for t in targets:
             if path == t or path.startswith(t + "/") or t in ("", "."):

@@ -81,7 +81,7 @@ def check(candidate: Candidate) -> tuple[Classification, Runner]:
         raise RequestError("`patch` needs `repo`")
     if candidate.code is not None and "\x00" in candidate.code:
         raise RequestError("`code` contains a NUL byte")
-    for i, sel in enumerate(candidate.tests):
+    for i, sel in enumerate(candidate.tests or ()):
         path = sel.split("::", 1)[0]
         if not sel or path.startswith("/") or ".." in path.split("/") or sel.startswith("-"):
             raise RequestError(f"tests[{i}]: {sel!r} is not a selector relative to the repo")

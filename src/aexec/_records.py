@@ -69,7 +69,8 @@ class Candidate:
     command: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     repo: str | None = None
     patch: str | None = None
-    tests: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    #: pytest selectors. ``None`` (omitted) runs the whole suite; ``[]`` selects nothing.
+    tests: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     python: str | None = None
     policy: Policy = Policy()
 

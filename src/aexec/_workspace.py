@@ -281,6 +281,9 @@ def candidate_env(scratch: Scratch, python: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "NO_COLOR": "1",
+        # glibc reserves 64 MiB of address space per thread arena; under RLIMIT_AS a
+        # few threads would otherwise look like a memory cap being hit.
+        "MALLOC_ARENA_MAX": "2",
     }
 
 
