@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, live_pids_with
 
 AEXEC = [sys.executable, "-m", "aexec"]
 
@@ -141,3 +144,47 @@ def test_relative_repo_resolves_against_the_cases_file(tmp_path: Path) -> None:
 def test_no_cache_and_cache_dir_exclude_each_other(tmp_path: Path) -> None:
     done = run("observe", "x.jsonl", "-o", "y", "--no-cache", "--cache-dir", str(tmp_path))
     assert done.returncode == 2 and "not allowed with" in done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interruption_kills_candidates_and_leaves_only_whole_lines(tmp_path: Path, signum: int) -> None:
+    marker = f"aexec-test-{uuid.uuid4()}"
+    ready = tmp_path / "ready"
+    hang = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}], start_new_session=True)\n"
+        f"open({str(ready)!r}, 'w').close()\n"
+        "time.sleep(300)\n"
+    )
+    rows = [
+        {"id": "quick", "request_type": "run_entry", "artifact_shape": "snippet", "code": "print(1)"},
+        {"id": "hang", "request_type": "run_entry", "artifact_shape": "snippet", "code": hang},
+    ]
+    cases, out, scratch = tmp_path / "cases.jsonl", tmp_path / "obs.jsonl", tmp_path / "tmp"
+    scratch.mkdir()
+    cases.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = subprocess.Popen(
+        [*AEXEC, "observe", str(cases), "-o", str(out), "--no-cache"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"the candidate never started: {proc.communicate()[1]}")
+        time.sleep(0.05)
+    assert live_pids_with(marker)
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=10)
+    assert time.monotonic() - sent < 2.0
+    assert proc.returncode == 128 + signum, err
+    assert "interrupted" in err
+    assert live_pids_with(marker) == []
+    assert os.listdir(scratch) == []
+    text = out.read_text()
+    assert text == "" or text.endswith("\n")
+    assert [json.loads(line)["id"] for line in text.splitlines()] in ([], ["quick"])

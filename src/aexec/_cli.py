@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -114,7 +115,32 @@ def _summary(observations: Sequence[ExecutionObservation], wall: float, out: Tex
     )
 
 
-async def _observe(args: argparse.Namespace, cases: list[Candidate]) -> list[ExecutionObservation]:
+class _Interrupted:
+    signal: int | None = None
+
+
+async def _observe(
+    args: argparse.Namespace, cases: list[Candidate], interrupted: _Interrupted
+) -> list[ExecutionObservation]:
+    """Observe ``cases`` into the output file; SIGINT or SIGTERM cancels the whole run,
+    which kills every running candidate and removes every scratch root before returning."""
+    results: list[ExecutionObservation] = []
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    interrupted.signal = signum
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_on_signal)
+        results = await _observe_all(args, cases)
+        tg.cancel_scope.cancel()
+    return results
+
+
+async def _observe_all(args: argparse.Namespace, cases: list[Candidate]) -> list[ExecutionObservation]:
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     writer = _OrderedWriter(fd, len(cases))
@@ -173,7 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"aexec: {e}", file=sys.stderr)
         return 2
     start = time.monotonic()
-    observations = anyio.run(_observe, args, cases)
+    interrupted = _Interrupted()
+    observations = anyio.run(_observe, args, cases, interrupted)
+    if interrupted.signal is not None:
+        name = signal.Signals(interrupted.signal).name
+        print(f"aexec: interrupted by {name}; the lines written so far are complete", file=sys.stderr)
+        return 128 + interrupted.signal
     _summary(observations, time.monotonic() - start, sys.stderr)
     errors = [o for o in observations if o.verdict == "error"]
     for o in errors:
