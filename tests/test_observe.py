@@ -314,3 +314,23 @@ async def test_omitted_tests_run_the_whole_suite_and_an_empty_list_selects_nothi
         {"request_type": "run_suite", "artifact_shape": "test_subset", "repo": "r", "tests": []}
     )
     assert parsed.tests == ()
+
+
+async def test_signal_deaths_are_seen_and_a_cpu_cap_kill_is_resource() -> None:
+    segv = await observe(
+        Candidate("run_entry", "snippet", code="import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    )
+    assert segv.signal == "SIGSEGV" and segv.exit_code is None
+    assert segv.failure is not None and segv.failure.failure_class == "runtime"
+    burn = "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (1, 1))\nwhile True:\n    pass\n"
+    cpu = await observe(Candidate("run_entry", "snippet", code=burn, policy=Policy(timeout_s=10)))
+    assert not cpu.timed_out and cpu.duration < 5
+    assert cpu.failure is not None and cpu.failure.failure_class == "resource"
+
+
+async def test_a_candidate_cannot_kill_its_supervisor() -> None:
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGTERM)\nprint('still here')"
+    obs, after = await observe_many(
+        [Candidate("run_entry", "snippet", code=code), Candidate("run_entry", "snippet", code="print(2)")]
+    )
+    assert obs.stdout == "still here\n" and after.stdout == "2\n"

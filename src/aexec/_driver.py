@@ -56,16 +56,6 @@ def describe(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def usage(report: Report) -> None:
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    report.write(
-        "usage",
-        cpu_s=me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
-        maxrss_kib=max(me.ru_maxrss, kids.ru_maxrss),
-    )
-
-
 def apply_limits(spec: dict[str, Any]) -> None:
     for name, value in spec["rlimits"].items():
         which = getattr(resource, name)
@@ -218,9 +208,7 @@ RUNNERS = {
 }
 
 
-def main() -> None:
-    with open(sys.argv[1], encoding="utf-8") as f:
-        spec = json.load(f)
+def run_candidate(spec: dict[str, Any]) -> None:
     # The driver's own directory is not the candidate's: take it off sys.path.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != here]
@@ -228,11 +216,38 @@ def main() -> None:
     os.chdir(spec["cwd"])
     report = Report(spec["report"])
     apply_limits(spec)
-    try:
-        code = RUNNERS[spec["runner"]](spec, report)
-    finally:
-        usage(report)
-    sys.exit(code)
+    sys.exit(RUNNERS[spec["runner"]](spec, report))
+
+
+def main() -> None:
+    """Be the run's first process: fork the candidate, reap everything, report its end.
+
+    In a PID namespace this process is the init: the candidate is not, so signals it
+    sends itself behave as usual, and orphans are reaped. Its wait status and rusage
+    (the whole tree it reaped) are reported here, where a signal death is still visible.
+    """
+    with open(sys.argv[1], encoding="utf-8") as f:
+        spec = json.load(f)
+    pid = os.fork()
+    if pid == 0:
+        run_candidate(spec)
+    while True:
+        try:
+            reaped, status, rusage = os.wait4(-1, 0)
+        except InterruptedError:
+            continue
+        if reaped == pid:
+            break
+    report = Report(spec["report"])
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        report.write("main", exit=None, signal=sig)
+        code = 128 + sig
+    else:
+        code = os.waitstatus_to_exitcode(status)
+        report.write("main", exit=code, signal=None)
+    report.write("usage", cpu_s=rusage.ru_utime + rusage.ru_stime, maxrss_kib=rusage.ru_maxrss)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -281,7 +281,7 @@ async def execute(inv: Invocation, isolation: Isolation) -> RawRun:
             cpu_s = float(r.get("cpu_s") or 0.0)
             peak = int(r.get("maxrss_kib") or 0) // 1024
     if timed_out:
-        exit_code = None
+        exit_code, sig = None, signal.SIGKILL  # what the supervisor sent
     return RawRun(
         exit_code=exit_code,
         signal=sig,

@@ -96,8 +96,12 @@ def failures(ev: Evidence, timeout_s: float) -> tuple[Finding, ...]:
         if ev.signal is not None:
             add("runtime", "", f"killed by {signal_name(ev.signal)}")
         elif ev.exit_code not in (0, None) and not no_tests:
-            what = f"pytest exit status {ev.pytest_exit}" if ev.pytest_exit is not None else "no report"
-            add("runtime", "", f"exited with status {ev.exit_code} ({what}) and no exception to show")
+            if ev.runner != "pytest":
+                add("runtime", "", f"exited with status {ev.exit_code}")
+            elif ev.pytest_exit is None:
+                add("runtime", "", f"exited with status {ev.exit_code} before pytest reported")
+            else:
+                add("runtime", "", f"pytest exited with status {ev.pytest_exit} and no failed test to show")
     rank = {c: i for i, c in enumerate(FAILURE_ORDER)}
     if not seen:
         return ()

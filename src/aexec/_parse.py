@@ -184,8 +184,8 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
                 tests[rec["nodeid"]] = verdict
         elif kind == "end" and isinstance(rec.get("exitstatus"), int):
             pytest_exit = rec["exitstatus"]
-        elif kind == "child" and isinstance(rec.get("signal"), int):
-            signal, exit_code = rec["signal"], None
+        elif kind in ("child", "main") and isinstance(rec.get("signal"), int):
+            signal, exit_code = rec["signal"], None  # a command's process, or the candidate's
         elif kind == "exit":
             exited = True
     in_flight = next((n for n in reversed(started) if n not in tests), None)
