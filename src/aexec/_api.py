@@ -57,6 +57,8 @@ VERSION = "0.1.0"
 #: repo view), no colour; plugins are not auto-loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
 PYTEST_ARGS = ("-p", "no:cacheprovider", "--color=no", "-q")
 
+#: How long asking an interpreter for its version and packages may take.
+PROBE_TIMEOUT_S = 60.0
 _PROBE = (
     "import sys, json, platform, hashlib, importlib.metadata as m\n"
     "dists = sorted({f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()})\n"
@@ -85,11 +87,12 @@ async def _toolchain(python: str) -> _Toolchain:
         raise RequestError(f"python: {python!r} does not exist") from e
     got = _toolchains.get((python, stamp))
     if got is None:
-        done = await anyio.run_process(
-            [python, "-s", "-c", _PROBE],
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            check=False,
-        )
+        with anyio.fail_after(PROBE_TIMEOUT_S):
+            done = await anyio.run_process(
+                [python, "-s", "-c", _PROBE],
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                check=False,
+            )
         try:
             info = json.loads(done.stdout)
             got = _Toolchain(python, str(info["version"]), str(info["fingerprint"]))
