@@ -168,16 +168,13 @@ def assemble(
     )
 
 
-def refused(head: Head, *, environment: Environment, message: str) -> ExecutionObservation:
-    """The observation of a candidate whose patch could not be applied: nothing ran.
-
-    The artifact does not build, so the class is ``compile``, located at the patch.
-    """
-    failure = Failure("compile", "patch", message, None, 0.0)
+def _nothing_ran(
+    head: Head, environment: Environment, verdict: Verdict, changed_state: str, failure: Failure | None
+) -> ExecutionObservation:
     return ExecutionObservation(
         id=head.ident,
         action=head.classification.mode,
-        verdict="fail",
+        verdict=verdict,
         environment=environment,
         cwd="",
         artifact_version=head.artifact_version,
@@ -187,17 +184,26 @@ def refused(head: Head, *, environment: Environment, message: str) -> ExecutionO
         stdout="",
         stderr="",
         exception=None,
-        changed_state="nothing ran",
+        changed_state=changed_state,
         test_results=(),
         resource_usage=ResourceUsage(),
         failure=failure,
-        failures=(failure,),
+        failures=() if failure is None else (failure,),
         flags=Flags(),
         request_type=head.classification.request_type,
         probe_gated=head.classification.probe_gated,
         cache_key=head.cache_key,
         aexec_version=head.aexec_version,
     )
+
+
+def refused(head: Head, *, environment: Environment, message: str) -> ExecutionObservation:
+    """The observation of a candidate whose patch could not be applied: nothing ran.
+
+    The artifact does not build, so the class is ``compile``, located at the patch.
+    """
+    failure = Failure("compile", "patch", message, None, 0.0)
+    return _nothing_ran(head, environment, "fail", "nothing ran", failure)
 
 
 def unobserved(
@@ -215,26 +221,5 @@ def unobserved(
         stdout_cap_kib=0,
         stderr_cap_kib=0,
     )
-    return ExecutionObservation(
-        id=ident,
-        action=classification.mode,
-        verdict="error",
-        environment=env,
-        cwd="",
-        artifact_version="",
-        exit_code=None,
-        duration=0.0,
-        timed_out=False,
-        stdout="",
-        stderr="",
-        exception=None,
-        changed_state="unknown",
-        test_results=(),
-        resource_usage=ResourceUsage(),
-        failure=None,
-        flags=Flags(),
-        request_type=classification.request_type,
-        probe_gated=classification.probe_gated,
-        error=message,
-        aexec_version=aexec_version,
-    )
+    head = Head(ident, classification, "", "", aexec_version)
+    return attrs.evolve(_nothing_ran(head, env, "error", "unknown", None), error=message)
