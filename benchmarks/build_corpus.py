@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the aexec fidelity corpus (stdlib only).
 
-    python benchmarks/build_corpus.py [--out DIR] [--verify]
+    python benchmarks/build_corpus.py [--out DIR] [--verify] [--suite {default,heldout}]
 
 Downloads three real sdists (six, toolz, more-itertools) with pip, extracts each into
 ``<out>/repos/<lib>/`` (the pristine repo), creates one bugged variant per library
@@ -13,6 +13,15 @@ injected where), never from aexec's output.
 junit report in a temporary copy, ``python -c``, ``py_compile``/``compileall``), under the
 same 512 MiB address-space cap that aexec declares, and exits 1 when any label does not
 hold.
+
+``--suite heldout`` builds the same kinds of cases, with the same label rules, from other
+libraries of other layouts (``HELDOUT_LIBS``: cachetools, a src layout with unittest
+TestCase tests and mixin tests in ``tests/__init__.py``; idna, a flat package with unittest
+``subTest`` tests; inflection, a package with a root-level pytest module of parametrized
+tests). A library's ``pythonpath`` (e.g. ``src``) is put on PYTHONPATH for the plain
+verification runs only, as an editable install would. Use a different ``--out``, e.g.
+``python benchmarks/build_corpus.py --suite heldout --out /tmp/heldout --verify``. A
+library's ``verify_env`` removes a confound of this venv from its plain runs.
 """
 
 from __future__ import annotations
@@ -108,6 +117,8 @@ class Lib:
     entry_ok: str
     entry_type: str
     func2: str  # body-mixed: a second exercised function (gets len(5))
+    pythonpath: list[str] = field(default_factory=list)  # import roots for plain runs (src layout)
+    verify_env: dict[str, str] = field(default_factory=dict)  # extra env of plain runs
 
     @property
     def test_file(self) -> str:
@@ -186,6 +197,94 @@ LIBS = [
         func2="dotproduct",
     ),
 ]
+
+
+def _append_section(head: str) -> Callable[[str, str], str]:
+    def edit(text: str, expr: str) -> str:
+        assert head.strip() not in text, f"{head.strip()} already present"
+        return text.rstrip("\n") + f'\n\n{head}addopts = -k "{expr}"\n'
+
+    return edit
+
+
+def _toml_pytest_config(text: str, expr: str) -> str:
+    assert "[tool.pytest" not in text
+    return text.rstrip("\n") + f"\n\n[tool.pytest.ini_options]\naddopts = '-k \"{expr}\"'\n"
+
+
+HELDOUT_LIBS = [
+    Lib(
+        name="cachetools",
+        spec="cachetools==8.0.2",
+        tests=["tests/test_lru.py"],
+        module="src/cachetools/__init__.py",
+        func="__len__",
+        wrong_return="return 0",
+        bug_file="src/cachetools/__init__.py",
+        bug_func="pop",  # Cache.pop: the f2p tests are mixin tests in tests/__init__.py
+        bug_old="del self[key]",
+        bug_new="pass",
+        config_file="tox.ini",
+        config_edit=_append_section("[pytest]\n"),
+        no_tests=["src/cachetools/keys.py"],
+        entry_ok="import cachetools\nc = cachetools.LRUCache(maxsize=2)\nc['a'] = 1\nprint(dict(c))\n",
+        entry_type="import cachetools\nprint(cachetools.LRUCache())\n",
+        func2="clear",
+        pythonpath=["src"],
+    ),
+    Lib(
+        name="idna",
+        spec="idna==3.20",
+        tests=["tests/test_idna.py"],
+        module="idna/core.py",
+        func="valid_label_length",
+        wrong_return="return True",
+        bug_file="idna/core.py",
+        bug_func="ulabel",
+        bug_old='code="non_canonical_alabel")',
+        bug_new='code="invalid_alabel")',
+        config_file="pyproject.toml",
+        config_edit=_toml_pytest_config,
+        no_tests=["idna/intranges.py"],
+        entry_ok="import idna\nprint(idna.encode('\\u30c9\\u30e1\\u30a4\\u30f3.example'))\n",
+        entry_type="import idna\nprint(idna.valid_label_length(5))\n",
+        func2="check_hyphen_ok",
+        # this venv's autoloaded anyio plugin imports trio, which imports idna: a plain
+        # run would import the candidate's idna inside plugin setup, not at collection
+        verify_env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    ),
+    Lib(
+        name="inflection",
+        spec="inflection==0.5.1",
+        tests=["test_inflection.py"],
+        module="inflection/__init__.py",
+        func="pluralize",
+        wrong_return="return word",
+        bug_file="inflection/__init__.py",
+        bug_func="dasherize",
+        bug_old="return word.replace('_', '-')",
+        bug_new="return word.replace('_', '_')",
+        config_file="setup.cfg",
+        config_edit=_append_section("[tool:pytest]\n"),
+        no_tests=["inflection/__init__.py"],
+        entry_ok="import inflection\nprint(inflection.camelize('aexec_bench'))\n",
+        entry_type="import inflection\nprint(inflection.camelize(5))\n",
+        func2="camelize",
+    ),
+]
+SUITES = {"default": LIBS, "heldout": HELDOUT_LIBS}
+LIB_BY_NAME = {lib.name: lib for libs in SUITES.values() for lib in libs}
+
+
+def lib_env(lib: Lib | None, tree: Path) -> dict[str, str] | None:
+    """The environment of a plain verification run: PYTHONPATH for a src layout."""
+    if lib is None or not (lib.pythonpath or lib.verify_env):
+        return None
+    env = dict(os.environ, **lib.verify_env)
+    if lib.pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(str(tree / p) for p in lib.pythonpath)
+    return env
+
 
 BODY_FAULTS = {  # id suffix -> (statement lines or None for the lib's wrong_return, class, policy)
     "body-assertion": (None, "assertion", None),
@@ -344,6 +443,25 @@ def insert_in_body(src: str, func_name: str, stmts: list[str]) -> str:
     return out
 
 
+def _defines(src: str, func_name: str) -> bool:
+    return any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func_name
+        for n in ast.walk(ast.parse(src))
+    )
+
+
+def test_defining(repo: Path, test_file: str, func_name: str) -> str:
+    """The repo-relative file that defines test function `func_name`: `test_file` itself,
+    else a module in its directory (e.g. a mixin in ``tests/__init__.py``)."""
+    if _defines((repo / test_file).read_text(), func_name):
+        return test_file
+    folder = (repo / test_file).parent
+    for f in sorted(folder.glob("*.py")):
+        if _defines(f.read_text(), func_name):
+            return str(f.relative_to(repo))
+    raise SystemExit(f"no definition of test {func_name!r} near {test_file}")
+
+
 def insert_after_imports(src: str, stmts: list[str]) -> str:
     """Insert `stmts` at module level right after the leading block of imports."""
     tree = ast.parse(src)
@@ -368,6 +486,9 @@ def insert_after_imports(src: str, stmts: list[str]) -> str:
 
 def replace_in_function(src: str, func_name: str, old: str, new: str) -> str:
     tree = ast.parse(src)
+    if "." in func_name:  # Class.method
+        cls_name, func_name = func_name.split(".", 1)
+        tree = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name)
     fn = sorted(
         (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == func_name),
         key=lambda n: n.lineno,
@@ -421,7 +542,9 @@ def junit_to_nodeid(classname: str, name: str, tests: list[str]) -> str:
     raise SystemExit(f"cannot map junit classname {classname!r} to a selected file")
 
 
-def run_suite_junit(tree: Path, tests: list[str], timeout: float) -> SuiteRun:
+def run_suite_junit(
+    tree: Path, tests: list[str], timeout: float, env: dict[str, str] | None = None
+) -> SuiteRun:
     junit = tree.parent / f"junit-{time.monotonic_ns()}.xml"
     argv = capped(
         [
@@ -442,6 +565,7 @@ def run_suite_junit(tree: Path, tests: list[str], timeout: float) -> SuiteRun:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        env=env,
     )
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -483,7 +607,7 @@ def run_suite_junit(tree: Path, tests: list[str], timeout: float) -> SuiteRun:
     return run
 
 
-def collect_only(tree: Path, tests: list[str]) -> set[str]:
+def collect_only(tree: Path, tests: list[str], env: dict[str, str] | None = None) -> set[str]:
     r = subprocess.run(
         capped(
             [
@@ -501,6 +625,7 @@ def collect_only(tree: Path, tests: list[str]) -> set[str]:
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     return {ln.strip() for ln in r.stdout.splitlines() if "::" in ln and not ln.startswith(" ")}
 
@@ -548,7 +673,7 @@ def suite_class(run: SuiteRun) -> str | None:
 # --------------------------------------------------------------------------------------
 
 
-def fetch(out: Path) -> dict[str, Path]:
+def fetch(out: Path, libs: list[Lib] = LIBS) -> dict[str, Path]:
     sdists = out / "sdists"
     repos = out / "repos"
     sdists.mkdir(parents=True, exist_ok=True)
@@ -563,7 +688,7 @@ def fetch(out: Path) -> dict[str, Path]:
                 return p
         return None
 
-    missing = [lib for lib in LIBS if sdist_for(lib) is None]
+    missing = [lib for lib in libs if sdist_for(lib) is None]
     if missing:
         cmd = [
             sys.executable,
@@ -580,7 +705,7 @@ def fetch(out: Path) -> dict[str, Path]:
         log("$ " + " ".join(cmd))
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     result = {}
-    for lib in LIBS:
+    for lib in libs:
         sd = sdist_for(lib)
         if sd is None:
             raise SystemExit(f"sdist for {lib.spec} not found after download")
@@ -600,13 +725,16 @@ def fetch(out: Path) -> dict[str, Path]:
     return result
 
 
-def compute_f2p(bug_repo: Path, fix_patch: str, tests: list[str]) -> tuple[list[str], dict]:
+def compute_f2p(
+    bug_repo: Path, fix_patch: str, tests: list[str], lib: Lib | None = None
+) -> tuple[list[str], dict]:
     with (
         tempfile.TemporaryDirectory(prefix="aexec-bench-") as td1,
         tempfile.TemporaryDirectory(prefix="aexec-bench-") as td2,
     ):
-        before = run_suite_junit(tree_with_patch(bug_repo, None, td1), tests, 120)
-        after = run_suite_junit(tree_with_patch(bug_repo, fix_patch, td2), tests, 120)
+        t1, t2 = tree_with_patch(bug_repo, None, td1), tree_with_patch(bug_repo, fix_patch, td2)
+        before = run_suite_junit(t1, tests, 120, lib_env(lib, t1))
+        after = run_suite_junit(t2, tests, 120, lib_env(lib, t2))
     if before.rc is None or after.rc is None:
         raise SystemExit(f"f2p run timed out for {bug_repo}")
     f2p = sorted(
@@ -637,9 +765,9 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def build(out: Path) -> list[dict]:
+def build(out: Path, libs: list[Lib] = LIBS) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
-    repos = fetch(out)
+    repos = fetch(out, libs)
     cache_path = out / "f2p_cache.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     cases: list[dict] = []
@@ -648,7 +776,7 @@ def build(out: Path) -> list[dict]:
     def rel(p: Path) -> str:
         return os.path.relpath(p, out)
 
-    for lib in LIBS:
+    for lib in libs:
         repo = repos[lib.name]
         rrel = rel(repo)
         tests = list(lib.tests)
@@ -713,7 +841,7 @@ def build(out: Path) -> list[dict]:
             f2p, info = cache[lib.name]["f2p"], cache[lib.name]["info"]
         else:
             log(f"[{lib.name}] computing f2p on the bugged and fixed trees")
-            f2p, info = compute_f2p(bug_repo, fix, tests)
+            f2p, info = compute_f2p(bug_repo, fix, tests, lib)
             cache[lib.name] = {"key": key, "f2p": f2p, "info": info}
         if not f2p:
             raise SystemExit(f"{lib.name}: the injected bug makes no test fail: {info}")
@@ -723,13 +851,17 @@ def build(out: Path) -> list[dict]:
         suite("bug-unrepaired", None, label("fail", "assertion"), repo_rel=brel)
 
         # tampering, all on the bugged repo
-        test_src = (bug_repo / lib.test_file).read_text()
         funcs = sorted({n.split("::")[-1].split("[")[0] for n in f2p})
-        edited = test_src
+        # each f2p test function is neutered where it is defined: the selected file, or
+        # (inherited mixin tests) another module next to it
+        edits: dict[str, tuple[str, str]] = {}
         for fname in funcs:
-            edited = insert_in_body(edited, fname, ["return"])
-        p = make_patch({lib.test_file: (test_src, edited)})
-        check_patch_applies(bug_repo, p, {lib.test_file: edited})
+            where = test_defining(bug_repo, lib.test_file, fname)
+            before_src = edits[where][0] if where in edits else (bug_repo / where).read_text()
+            now = edits[where][1] if where in edits else before_src
+            edits[where] = (before_src, insert_in_body(now, fname, ["return"]))
+        p = make_patch(dict(edits))
+        check_patch_applies(bug_repo, p, {k: v[1] for k, v in edits.items()})
         suite("tamper-test-edit", p, label("tampered", None), repo_rel=brel)
 
         if (bug_repo / "conftest.py").exists():
@@ -908,14 +1040,16 @@ def verify_case(case: dict, out: Path) -> list[str]:
         else:
             tree = Path(td) / "scratch"
             tree.mkdir()
+        lib = LIB_BY_NAME.get(cid.split("/", 1)[0]) if "repo" in case else None
+        env = lib_env(lib, tree)
         rt = case["request_type"]
         if rt == "run_suite":
             if lab["failure_class"] == "timeout":
-                run = run_suite_junit(tree, case["tests"], tmo + 1.5)
+                run = run_suite_junit(tree, case["tests"], tmo + 1.5, env)
                 if run.rc is not None:
                     probs.append(f"expected a hang past {tmo}s, exited rc={run.rc}")
                 return probs
-            run = run_suite_junit(tree, case["tests"], 120)
+            run = run_suite_junit(tree, case["tests"], 120, env)
             if run.rc is None:
                 return ["plain pytest timed out"]
             cls = suite_class(run)
@@ -960,13 +1094,14 @@ def verify_case(case: dict, out: Path) -> list[str]:
                         if got != {want} or run.collection_errors:
                             probs.append(f"expected only {want} failures, got {got} {run.collection_errors}")
             if lab.get("f2p"):
-                col = collect_only(tree, case["tests"])
+                col = collect_only(tree, case["tests"], env)
                 if set(run.outcomes) != col:
                     probs.append(f"junit node ids != --collect-only: {sorted(set(run.outcomes) ^ col)[:5]}")
                 if not set(lab["f2p"]) <= col:
                     probs.append("f2p ids not collected")
                 with tempfile.TemporaryDirectory(prefix="aexec-bench-verify-") as td2:
-                    bug = run_suite_junit(tree_with_patch(out / case["repo"], None, td2), case["tests"], 120)
+                    bug_tree = tree_with_patch(out / case["repo"], None, td2)
+                    bug = run_suite_junit(bug_tree, case["tests"], 120, lib_env(lib, bug_tree))
                 f2p = sorted(
                     n
                     for n, o in bug.outcomes.items()
@@ -975,7 +1110,7 @@ def verify_case(case: dict, out: Path) -> list[str]:
                 if f2p != sorted(lab["f2p"]):
                     probs.append(f"recomputed f2p {f2p} != label {lab['f2p']}")
             if cid.endswith("/pristine"):
-                col = collect_only(tree, case["tests"])
+                col = collect_only(tree, case["tests"], env)
                 if set(run.outcomes) != col:
                     probs.append("junit node ids != --collect-only on the pristine tree")
             return probs
@@ -999,6 +1134,7 @@ def verify_case(case: dict, out: Path) -> list[str]:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            env=env,
         )
         try:
             text, _ = proc.communicate(timeout=tmo + (1.5 if lab["failure_class"] == "timeout" else 0))
@@ -1048,10 +1184,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--verify", action="store_true", help="re-check every label with plain pytest / python")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument(
+        "--suite",
+        choices=sorted(SUITES),
+        default="default",
+        help="library table: default (six, toolz, more-itertools) or heldout (other layouts)",
+    )
     args = ap.parse_args(argv)
     out = args.out.resolve()
+    if args.suite != "default" and out == DEFAULT_OUT.resolve():
+        ap.error("--suite heldout needs its own --out directory")
     t0 = time.monotonic()
-    cases = build(out)
+    cases = build(out, SUITES[args.suite])
     log(f"wrote {len(cases)} cases to {out / 'cases.jsonl'} in {time.monotonic() - t0:.1f}s")
     if args.verify and not verify(cases, out, args.jobs):
         return 1

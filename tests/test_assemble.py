@@ -13,6 +13,7 @@ from aexec._parse import Evidence, ParsedTest
     [
         (["src/pkg/mod.py"], ["tests/test_mod.py"], False),
         (["tests/test_mod.py"], ["tests/test_mod.py"], True),
+        (["tests/test_mod.py"], ["./tests/test_mod.py"], True),
         (["tests/test_mod.py"], ["tests/test_mod.py::TestA::test_x"], True),
         (["tests/test_other.py"], ["tests/test_mod.py"], False),
         (["tests/helpers.py"], ["tests"], True),  # a directory selection covers its files

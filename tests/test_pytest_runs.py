@@ -169,3 +169,29 @@ async def test_skipping_conftest_is_tampering(make_repo: MakeRepo) -> None:
     )
     assert obs.flags.tampered and obs.verdict == "tampered"
     assert all(t.verdict == "skipped" for t in obs.test_results)
+
+
+async def test_a_failed_subtest_fails_its_test_and_pytest_fail_is_assertion(make_repo: MakeRepo) -> None:
+    repo = make_repo(
+        {
+            "tests/test_sub.py": """
+            import unittest
+
+            import pytest
+
+            class T(unittest.TestCase):
+                def test_sub(self):
+                    for i in range(3):
+                        with self.subTest(i=i):
+                            self.assertNotEqual(i, 1)
+
+            def test_fail():
+                pytest.fail("nope")
+        """,
+        }
+    )
+    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["./tests/test_sub.py"]))
+    verdicts = {t.test.rsplit("::", 1)[1]: t.verdict for t in obs.test_results}
+    assert verdicts == {"test_sub": "failed", "test_fail": "failed"}
+    assert obs.verdict == "fail"
+    assert {f.failure_class for f in obs.failures} == {"assertion"}

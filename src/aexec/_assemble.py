@@ -40,7 +40,7 @@ def touches_oracle(paths: Iterable[str], selectors: Iterable[str] | None, config
     if config_changed:
         return True
     whole_suite = selectors is None
-    targets = [s.split("::", 1)[0].rstrip("/") for s in selectors or ()]
+    targets = [posixpath.normpath(s.split("::", 1)[0]) for s in selectors or ()]
     for path in paths:
         name = posixpath.basename(path)
         if name in PYTEST_FILES:

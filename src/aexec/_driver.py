@@ -178,6 +178,8 @@ class Reporter:
             verdict = "errored" if report.failed else "skipped" if report.skipped else None
         elif report.when == "call":
             verdict = "passed" if report.passed else "skipped" if report.skipped else "failed"
+            if prior == "failed":
+                verdict = prior  # a failed subtest report is not undone by the test's own pass
         else:  # teardown
             verdict = "errored" if report.failed and prior in (None, "passed") else prior
         if verdict is not None:

@@ -34,7 +34,8 @@ def error_class(e: RaisedError) -> FailureClass:
         return "compile"
     if e.is_a("TypeError"):
         return "type"
-    if e.is_a("AssertionError") or "_pytest.outcomes.Failed" in e.bases:
+    # pytest.fail() raises _pytest.outcomes.Failed, whose __module__ pytest sets to "builtins"
+    if e.is_a("AssertionError") or e.is_a("Failed") or "_pytest.outcomes.Failed" in e.bases:
         return "assertion"
     return "runtime"
 
