@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,36 +148,35 @@ def test_no_cache_and_cache_dir_exclude_each_other(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interruption_kills_candidates_and_leaves_only_whole_lines(tmp_path: Path, signum: int) -> None:
+def test_interruption_kills_candidates_and_a_rerun_finishes_the_rest(tmp_path: Path, signum: int) -> None:
     marker = f"aexec-test-{uuid.uuid4()}"
-    ready = tmp_path / "ready"
     hang = (
-        "import subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}], start_new_session=True)\n"
-        f"open({str(ready)!r}, 'w').close()\n"
+        "import subprocess, time\n"
+        f"subprocess.Popen([{marker!r}, '300'], executable={shutil.which('sleep')!r}, start_new_session=True)\n"
         "time.sleep(300)\n"
     )
     rows = [
         {"id": "quick", "request_type": "run_entry", "artifact_shape": "snippet", "code": "print(1)"},
-        {"id": "hang", "request_type": "run_entry", "artifact_shape": "snippet", "code": hang},
+        {
+            "id": "hang",
+            "request_type": "run_entry",
+            "artifact_shape": "snippet",
+            "code": hang,
+            "policy": {"timeout_s": 3},
+        },
     ]
     cases, out, scratch = tmp_path / "cases.jsonl", tmp_path / "obs.jsonl", tmp_path / "tmp"
     scratch.mkdir()
     cases.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = {**os.environ, "TMPDIR": str(scratch)}
-    proc = subprocess.Popen(
-        [*AEXEC, "observe", str(cases), "-o", str(out), "--no-cache"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    command = [*AEXEC, "observe", str(cases), "-o", str(out), "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
-    while not ready.exists():
+    while not (live_pids_with(marker) and out.exists() and out.read_text().endswith("\n")):
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.kill()
-            pytest.fail(f"the candidate never started: {proc.communicate()[1]}")
-        time.sleep(0.05)
-    assert live_pids_with(marker)
+            pytest.fail(f"the candidates never started: {proc.communicate()[1]}")
+        time.sleep(0.02)
     sent = time.monotonic()
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=10)
@@ -186,5 +186,11 @@ def test_interruption_kills_candidates_and_leaves_only_whole_lines(tmp_path: Pat
     assert live_pids_with(marker) == []
     assert os.listdir(scratch) == []
     text = out.read_text()
-    assert text == "" or text.endswith("\n")
-    assert [json.loads(line)["id"] for line in text.splitlines()] in ([], ["quick"])
+    assert text.endswith("\n")
+    assert [json.loads(line)["id"] for line in text.splitlines()] == ["quick"]
+    # The same command again: what was observed comes from the cache, the rest runs.
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(o["id"], o["cache_hit"]) for o in lines] == [("quick", True), ("hang", False)], again.stderr
+    assert lines[1]["failure"]["failure_class"] == "timeout"
+    assert live_pids_with(marker) == []

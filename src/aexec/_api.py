@@ -23,8 +23,8 @@ from . import _serde
 from ._assemble import Head, Run, assemble, ran_tests, reconcile, refused, touches_oracle, unobserved
 from ._cache import DiskCache, Inflight, cache_key
 from ._classify import Classification, Runner, check
-from ._errors import RequestError
-from ._execute import Invocation, Isolation, detect_isolation, execute
+from ._errors import AexecError, RequestError
+from ._execute import Caps, Invocation, Isolation, detect_isolation, execute
 from ._normalize import failures
 from ._parse import SNIPPET_NAME, parse
 from ._policy import declare, limits, with_scratch
@@ -43,12 +43,19 @@ from ._workspace import (
     import_roots,
     make_scratch,
     make_view,
+    masks,
     patch_paths,
     pytest_config,
     remove_scratch,
+    run_uid,
+    seal_scratch,
     snapshot,
+    sweep_stale_scratch,
     write_private,
 )
+
+#: Inside the boundary these are the scratch root's tmp, not the host's.
+TMP_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
 
 log = structlog.get_logger(__name__)
 
@@ -60,12 +67,15 @@ PYTEST_ARGS = ("-p", "no:cacheprovider", "--color=no", "-q")
 #: How long asking an interpreter for its version and packages may take.
 PROBE_TIMEOUT_S = 60.0
 _PROBE = (
-    "import sys, json, platform, hashlib, importlib.metadata as m\n"
+    "import os, sys, json, platform, hashlib, importlib.metadata as m\n"
     "dists = sorted({f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()})\n"
     "pt = [d for d in dists if d.lower().startswith('pytest==')]\n"
     "print(json.dumps({'version': platform.python_implementation() + ' ' + platform.python_version()"
     " + ('; ' + pt[0].replace('==', ' ') if pt else '; no pytest'),"
-    " 'fingerprint': hashlib.sha256('\\n'.join(dists).encode()).hexdigest()}))\n"
+    " 'fingerprint': hashlib.sha256('\\n'.join(dists).encode()).hexdigest(),"
+    " 'paths': sorted({p for p in [*sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix,"
+    " os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]"
+    " if p and os.path.isdir(p)})}))\n"
 )
 
 
@@ -74,6 +84,8 @@ class _Toolchain:
     path: str
     version: str
     fingerprint: str
+    #: What the interpreter reads: made reachable to the run's uid inside the boundary.
+    paths: tuple[str, ...]
 
 
 _toolchains: dict[tuple[str, int], _Toolchain] = {}
@@ -95,7 +107,9 @@ async def _toolchain(python: str) -> _Toolchain:
             )
         try:
             info = json.loads(done.stdout)
-            got = _Toolchain(python, str(info["version"]), str(info["fingerprint"]))
+            got = _Toolchain(
+                python, str(info["version"]), str(info["fingerprint"]), tuple(map(str, info["paths"]))
+            )
         except (ValueError, KeyError, TypeError):
             msg = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
             raise RequestError(f"python: {python!r} is not a usable interpreter ({msg[0]})") from None
@@ -136,6 +150,14 @@ class _Session:
         self.observations: Inflight[ExecutionObservation] = Inflight()
         self.befores: Inflight[dict[str, TestVerdict]] = Inflight()
         self.isolation: Isolation = detect_isolation()
+        self.runs = 0
+        global _swept
+        if not _swept:
+            _swept = True
+            sweep_stale_scratch()
+
+
+_swept = False
 
 
 def selection(tests: tuple[str, ...] | None) -> list[str]:
@@ -176,7 +198,7 @@ async def _run_once(
     candidate: Candidate,
     runner: Runner,
     env: Environment,
-    python: str,
+    tool: _Toolchain,
     *,
     patch: str | None,
     touched: list[str],
@@ -185,7 +207,10 @@ async def _run_once(
 
     A patch that does not apply is returned, not raised: nothing ran.
     """
-    scratch: Scratch = make_scratch()
+    box = session.isolation.namespaces
+    scratch: Scratch = await anyio.to_thread.run_sync(make_scratch, box)
+    session.runs += 1
+    run_name = f"{session.runs}-{os.path.basename(scratch.root)}"
     try:
         await anyio.to_thread.run_sync(make_view, scratch, candidate.repo)
         config_changed = False
@@ -203,17 +228,41 @@ async def _run_once(
             snippet = write_private(scratch, SNIPPET_NAME, candidate.code)
         lim = limits(env)
         roots = import_roots(scratch.work) if candidate.repo is not None else [scratch.work]
-        report = os.path.join(scratch.private, "report.jsonl")
+        report = write_private(scratch, "report.jsonl", "")
+        rlimits = {
+            "RLIMIT_AS": lim.address_space_bytes,
+            "RLIMIT_CPU": lim.cpu_seconds,
+            "RLIMIT_FSIZE": lim.file_size_bytes,
+            "RLIMIT_NOFILE": lim.open_files,
+            "RLIMIT_CORE": 0,
+        }
+        box_spec = None
+        if box:
+            uid = run_uid()
+            rlimits["RLIMIT_NPROC"] = lim.processes  # the uid is the run's alone
+            os.chown(report, uid, uid)
+            await anyio.to_thread.run_sync(seal_scratch, scratch, uid, lim.disk_bytes)
+            under_tmp = any(scratch.root.startswith(t + os.sep) for t in TMP_TARGETS)
+            needed = [*tool.paths, *([] if under_tmp else [scratch.root])]
+            box_spec = {
+                "supervisor_pid": os.getpid(),
+                "uid": uid,
+                "gid": uid,
+                "scratch_root": scratch.root,
+                "writable": [scratch.work, scratch.home, scratch.tmp, report],
+                "tmp": scratch.tmp,
+                "tmp_targets": list(TMP_TARGETS),
+                "masks": masks(needed, scratch.private),
+            }
+        cgroups = session.isolation.cgroups
         spec: dict[str, Any] = {
             "runner": runner,
             "report": report,
             "cwd": scratch.work,
             "sys_path": roots,
-            "rlimits": {
-                "RLIMIT_AS": lim.address_space_bytes,
-                "RLIMIT_CPU": lim.cpu_seconds,
-                "RLIMIT_FSIZE": lim.file_size_bytes,
-            },
+            "rlimits": rlimits,
+            "box": box_spec,
+            "cgroups": cgroups.procs_files(run_name) if cgroups is not None else [],
             "snippet": snippet,
             "argv": list(candidate.command or ()),
             "pytest_args": [*PYTEST_ARGS, f"--rootdir={scratch.work}", *selection(candidate.tests)],
@@ -222,15 +271,19 @@ async def _run_once(
         spec_path = write_private(scratch, "spec.json", json.dumps(spec))
         before = snapshot(scratch.root)
         invocation = Invocation(
-            argv=(python, "-s", DRIVER, spec_path),
+            argv=(tool.path, "-s", DRIVER, spec_path),
             cwd=scratch.work,
-            env=candidate_env(scratch, python),
+            env=candidate_env(scratch, tool.path),
             timeout_s=env.timeout_s,
             report_path=report,
+            run=run_name,
+            caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
         )
         async with session.slots:
             raw = await execute(invocation, session.isolation)
         evidence = parse(raw, runner, cwd=scratch.work, snippet=snippet)
+        if evidence.box_failed:
+            raise AexecError(raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "boundary failed")
         run = Run(
             evidence=evidence,
             stdout=raw.stdout,
@@ -260,6 +313,7 @@ async def _observe_one(
         toolchain_version=tool.version,
         enforced=session.isolation.enforced,
         repo_view="copy" if candidate.repo is not None else "none",
+        repo_ro=session.isolation.namespaces,
         max_cores=float(os.cpu_count() or 1),
     )
     blog.debug("classified", mode=classification.mode, runner=runner, probe_gated=classification.probe_gated)
@@ -321,7 +375,7 @@ async def _before_run(
             return {str(k): v for k, v in hit.items()}
 
     async def run() -> dict[str, TestVerdict]:
-        done = await _run_once(session, candidate, runner, env, python, patch=None, touched=[])
+        done = await _run_once(session, candidate, runner, env, tool, patch=None, touched=[])
         assert not isinstance(done, PatchError)  # no patch, nothing to refuse
         verdicts = {t.nodeid: t.verdict for t in done[0].evidence.tests}
         if session.cache is not None:
@@ -362,9 +416,7 @@ async def _witness(
                 before = await _before_run(session, candidate, runner, env, python, tool, repo_hash, declared)
 
             tg.start_soon(get_before)
-        done = await _run_once(
-            session, candidate, runner, env, python, patch=candidate.patch, touched=touched
-        )
+        done = await _run_once(session, candidate, runner, env, tool, patch=candidate.patch, touched=touched)
         if isinstance(done, PatchError):
             tg.cancel_scope.cancel()  # no before-run is needed for a patch that cannot land
     if isinstance(done, PatchError):
@@ -379,9 +431,7 @@ async def _witness(
     )
     reverified: bool | None = None
     if runner == "pytest" and not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests):
-        redo = await _run_once(
-            session, candidate, runner, env, python, patch=candidate.patch, touched=touched
-        )
+        redo = await _run_once(session, candidate, runner, env, tool, patch=candidate.patch, touched=touched)
         if isinstance(redo, PatchError):  # it applied a moment ago: the host changed under us
             raise redo
         again = redo[0]

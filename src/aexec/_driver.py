@@ -2,16 +2,31 @@
 
 It is run by path (``python -s _driver.py SPEC.json``) with the candidate's interpreter,
 so it imports nothing of aexec and only the standard library (plus pytest, for test
-runs). It applies the kernel limits to itself, runs the candidate, and appends one JSON
-record per event to the report file, flushed line by line, so that whatever was
-reported before a kill survives it.
+runs). It builds the boundary, runs the candidate, and appends one JSON record per
+event to the report file, flushed line by line, so that whatever was reported before a
+kill survives it.
+
+With a ``box`` in the spec (root, namespaces available) it runs as three processes::
+
+    outer   joins the run's cgroups, dies with aexec (PR_SET_PDEATHSIG), unshares
+            PID + network + mount namespaces, and waits for:
+    init    pid 1 of the new namespaces: builds the filesystem view (everything
+            read-only but the scratch dirs, /tmp bound to the scratch tmp, a fresh
+            /proc), then forks and reaps:
+    child   the candidate: drops to the run's own unprivileged uid, no_new_privs,
+            kernel rlimits; then runs the snippet, command, or pytest.
+
+When init dies, the kernel kills everything left in its PID namespace. Any step of the
+boundary that fails aborts the run (exit 125) rather than run it with less.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 import traceback
 from typing import Any
@@ -62,6 +77,141 @@ def apply_limits(spec: dict[str, Any]) -> None:
         resource.setrlimit(which, (value, value))
 
 
+# -- the kernel side of the boundary (Linux; ctypes because the driver is stdlib-only) --
+
+CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+#: The exit status of a run whose boundary could not be built; nothing of it ran.
+BOX_FAILED = 125
+_PER_MOUNT_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class BoxError(Exception):
+    """A step of the boundary failed: the run must not go ahead without it."""
+
+
+def _call(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise BoxError(f"{what}: {os.strerror(err)}")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int) -> None:
+    enc = [None if x is None else os.fsencode(x) for x in (source, target, fstype)]
+    _call(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), None), f"mount {target}")
+
+
+def prctl(option: int, arg: int) -> None:
+    _call(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
+
+
+def _unescape(path: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal
+    out, i = [], 0
+    while i < len(path):
+        if path[i] == "\\" and path[i + 1 : i + 4].isdigit():
+            out.append(chr(int(path[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(path[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts() -> list[tuple[str, int]]:
+    """(mount point, per-mount flags) of every mount this process sees, parents first."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            flags = 0
+            for opt in fields[5].split(","):
+                flags |= _PER_MOUNT_FLAGS.get(opt, 0)
+            found.append((_unescape(fields[4]), flags))
+    return found
+
+
+def _bind(source: str, target: str, *, readonly: bool) -> None:
+    mount(source, target, None, MS_BIND | MS_REC)
+    extra = MS_RDONLY if readonly else 0
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_NOSUID | extra)
+
+
+def build_view(box: dict[str, Any]) -> None:
+    """In the new mount namespace: the whole host read-only, the scratch dirs writable."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # Held open: binding /tmp may cover these paths.
+    scratch = os.open(box["scratch_root"], os.O_PATH | os.O_DIRECTORY)
+    tmp = os.open(box["tmp"], os.O_PATH | os.O_DIRECTORY)
+    # A /proc of the new PID namespace: the host's processes are not even visible.
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # Directories others cannot traverse (e.g. /root holding the interpreter) are
+    # replaced by a view holding only what the candidate needs from them.
+    for hidden, mask, needed in box["masks"]:
+        for path in needed:
+            inside = os.path.join(mask, os.path.relpath(path, hidden))
+            if os.path.isdir(path):
+                os.makedirs(inside, mode=0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(inside), mode=0o755, exist_ok=True)
+                open(inside, "a").close()
+            mount(path, inside, None, MS_BIND | MS_REC)
+        mount(mask, hidden, None, MS_BIND | MS_REC)
+    for point, flags in mounts():
+        try:
+            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
+        except BoxError:
+            if os.path.exists(point):
+                raise
+            # a mount point under a path the masks hid: unreachable anyway
+    for path in box["writable"]:
+        _bind(path, path, readonly=False)
+    for target in box["tmp_targets"]:
+        if os.path.isdir(target):
+            _bind(f"/proc/self/fd/{tmp}", target, readonly=False)
+    # The scratch root itself may live under /tmp, now covered: put it back in place.
+    here = os.fstat(scratch)
+    try:
+        seen = os.stat(box["scratch_root"])
+        same = (seen.st_dev, seen.st_ino) == (here.st_dev, here.st_ino)
+    except OSError:
+        same = False
+    if not same:
+        os.makedirs(box["scratch_root"], mode=0o755, exist_ok=True)
+        mount(f"/proc/self/fd/{scratch}", box["scratch_root"], None, MS_BIND | MS_REC)
+    os.close(scratch)
+    os.close(tmp)
+
+
+def enter_cgroups(procs_files: list[str]) -> None:
+    for path in procs_files:
+        try:
+            with open(path, "w") as f:
+                f.write(str(os.getpid()))
+        except OSError as e:
+            raise BoxError(f"join cgroup {os.path.dirname(path)}: {e.strerror}") from None
+
+
+def drop_privileges(box: dict[str, Any]) -> None:
+    uid, gid = box["uid"], box["gid"]
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
 def run_snippet(spec: dict[str, Any], report: Report) -> int:
     import runpy
 
@@ -89,7 +239,9 @@ def run_command(spec: dict[str, Any], report: Report) -> int:
     import subprocess
 
     try:
-        proc = subprocess.Popen(spec["argv"], cwd=spec["cwd"])
+        # The repo's import roots, as a snippet or pytest run gets them on sys.path.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(spec["sys_path"]))
+        proc = subprocess.Popen(spec["argv"], cwd=spec["cwd"], env=env)
     except OSError as e:
         report.write("exception", phase="spawn", **describe(e))
         print(f"aexec: cannot run {spec['argv'][0]!r}: {e}", file=sys.stderr)
@@ -215,24 +367,61 @@ def run_candidate(spec: dict[str, Any]) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != here]
     sys.path[0:0] = spec["sys_path"]
+    if spec.get("box"):
+        drop_privileges(spec["box"])
     os.chdir(spec["cwd"])
     report = Report(spec["report"])
     apply_limits(spec)
     sys.exit(RUNNERS[spec["runner"]](spec, report))
 
 
+def box_failed(error: BoxError) -> None:
+    print(f"aexec: the boundary could not be built, nothing ran: {error}", file=sys.stderr)
+    os._exit(BOX_FAILED)
+
+
 def main() -> None:
-    """Be the run's first process: fork the candidate, reap everything, report its end.
+    """Build the boundary, then be the run's init (see the module docstring)."""
+    with open(sys.argv[1], encoding="utf-8") as f:
+        spec = json.load(f)
+    box = spec.get("box")
+    try:
+        if box:
+            # Die with aexec, even if it is SIGKILLed; if it already died, do nothing.
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != box["supervisor_pid"]:
+                os._exit(BOX_FAILED)
+        enter_cgroups(spec["cgroups"])
+        if box:
+            _call(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET), "unshare")
+    except BoxError as e:
+        box_failed(e)
+    if box:
+        init = os.fork()
+        if init != 0:
+            _, status = os.waitpid(init, 0)
+            os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+        try:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            build_view(box)
+        except (BoxError, OSError) as e:
+            box_failed(BoxError(str(e)))
+    be_init(spec)
+
+
+def be_init(spec: dict[str, Any]) -> None:
+    """Fork the candidate, reap everything, report its end.
 
     In a PID namespace this process is the init: the candidate is not, so signals it
     sends itself behave as usual, and orphans are reaped. Its wait status and rusage
     (the whole tree it reaped) are reported here, where a signal death is still visible.
     """
-    with open(sys.argv[1], encoding="utf-8") as f:
-        spec = json.load(f)
     pid = os.fork()
     if pid == 0:
-        run_candidate(spec)
+        try:
+            run_candidate(spec)
+        except BoxError as e:
+            box_failed(e)
     while True:
         try:
             reaped, status, rusage = os.wait4(-1, 0)

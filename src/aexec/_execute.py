@@ -5,21 +5,30 @@ into capped buffers while it keeps draining them, enforces the wall-clock deadli
 a cancel scope, and kills the whole process tree deterministically. It captures raw
 artifacts and judges nothing.
 
-Process tree: where the kernel allows (root here), every run gets fresh PID and network
-namespaces (``unshare --pid --net --fork --kill-child``). The candidate's first process
-is the namespace's init; when it dies the kernel kills everything else in the namespace
-— ``setsid()`` and double forks included — before its parent can reap it, so once the
-supervisor has reaped the run, nothing of it is left. Without namespaces the run is put
-in a new session and killed by process group, and ``environment.enforced`` says so.
+The boundary is built from the strongest mechanisms the kernel offers, each probed
+once per process (see ``docs/isolation.md``):
+
+* **namespaces** (root): the driver unshares PID, network and mount namespaces, makes
+  the host read-only but the scratch dirs, and drops the candidate to a fresh
+  unprivileged uid. Killing the namespace's init kills everything in it, and the
+  driver dies with aexec (``PR_SET_PDEATHSIG``).
+* **cgroups** (root, a writable cgroup tree): a cgroup per run with a CPU quota, a
+  memory cap for the whole tree, a process cap, and ``cgroup.kill``.
+* otherwise a new session, killed by process group, and rlimits only.
+
+``environment.enforced`` records, per mechanism, what was applied; nothing weaker is
+ever described as stronger.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,64 +48,304 @@ KILL_WAIT_S = 5.0
 #: The most of the driver's report file that is read back.
 REPORT_CAP_BYTES = 16 * 1024 * 1024
 _CHUNK = 65536
+_CPU_PERIOD_US = 100_000
+#: Run cgroups are named ``aexec-<supervisor pid>-<run>``: a dead supervisor's are stale.
+CGROUP_PREFIX = "aexec-"
+
+
+@attrs.frozen
+class Caps:
+    """What a run's cgroup holds it to."""
+
+    cpu_cores: float
+    memory_bytes: int
+    pids: int
+
+
+@attrs.frozen
+class Cgroups:
+    """Where run cgroups are made: the supervisor's own cgroup, per hierarchy.
+
+    ``v1`` maps a v1 controller (cpu, memory, pids) to its directory; ``v2`` is the
+    unified hierarchy's directory, with the controllers it can use (``cgroup.kill``
+    needs none).
+    """
+
+    v1: dict[str, str]
+    v2: str | None
+    v2_controllers: frozenset[str]
+
+    def dirs(self, run: str) -> list[str]:
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{run}"
+        roots = list(dict.fromkeys(self.v1.values()))
+        if self.v2 is not None:
+            roots.append(self.v2)
+        return [os.path.join(root, name) for root in roots]
+
+    def procs_files(self, run: str) -> list[str]:
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs(run)]
+
+    def describe(self) -> dict[str, str]:
+        have = set(self.v1) | set(self.v2_controllers)
+        out = {}
+        if "cpu" in have:
+            out["cpu"] = "cgroup CPU quota of cpu_cap_cores (RLIMIT_CPU as a backstop)"
+        if "memory" in have:
+            out["ram_tree"] = "memory cgroup: the whole tree, scratch files included, within ram + disk caps"
+        if "pids" in have:
+            out["processes"] = "pids cgroup"
+        return out
+
+    def create(self, run: str, caps: Caps) -> None:
+        quota = max(1000, round(caps.cpu_cores * _CPU_PERIOD_US))
+        writes: list[tuple[str, str]] = []
+        for kind, root in self.v1.items():
+            d = os.path.join(root, os.path.basename(self.dirs(run)[0]))
+            if kind == "cpu":
+                writes += [
+                    (f"{d}/cpu.cfs_period_us", str(_CPU_PERIOD_US)),
+                    (f"{d}/cpu.cfs_quota_us", str(quota)),
+                ]
+            elif kind == "memory":
+                writes.append((f"{d}/memory.limit_in_bytes", str(caps.memory_bytes)))
+            elif kind == "pids":
+                writes.append((f"{d}/pids.max", str(caps.pids)))
+        if self.v2 is not None:
+            d = os.path.join(self.v2, os.path.basename(self.dirs(run)[0]))
+            if "cpu" in self.v2_controllers:
+                writes.append((f"{d}/cpu.max", f"{quota} {_CPU_PERIOD_US}"))
+            if "memory" in self.v2_controllers:
+                writes += [(f"{d}/memory.max", str(caps.memory_bytes)), (f"{d}/memory.swap.max", "0")]
+            if "pids" in self.v2_controllers:
+                writes.append((f"{d}/pids.max", str(caps.pids)))
+        for d in self.dirs(run):
+            os.makedirs(d, exist_ok=True)
+        for path, value in writes:
+            Path(path).write_text(value)
+
+    def kill(self, run: str) -> None:
+        """Kill every process of the run's cgroups; none can leave them."""
+        for d in self.dirs(run):
+            if _write(os.path.join(d, "cgroup.kill"), "1"):
+                return
+        for d in self.dirs(run):  # no cgroup.kill: a v1-only machine
+            for pid in _pids(d):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def oom_killed(self, run: str) -> bool:
+        for d in self.dirs(run):
+            for name in ("memory.oom_control", "memory.events"):
+                try:
+                    text = Path(d, name).read_text()
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and value.strip() not in ("", "0"):
+                        return True
+        return False
+
+    def remove(self, run: str) -> None:
+        _remove_cgroups(self.dirs(run), self)
+
+
+def _write(path: str, value: str) -> bool:
+    try:
+        Path(path).write_text(value)
+    except OSError:
+        return False
+    return True
+
+
+def _pids(cgroup_dir: str) -> list[int]:
+    try:
+        return [int(p) for p in Path(cgroup_dir, "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _remove_cgroups(dirs: list[str], cgroups: Cgroups) -> None:
+    for d in dirs:
+        if not os.path.isdir(d):
+            continue
+        for _ in range(200):  # killed processes leave their cgroup within milliseconds
+            try:
+                os.rmdir(d)
+                break
+            except OSError:
+                if _write(os.path.join(d, "cgroup.kill"), "1") is False:
+                    for pid in _pids(d):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                time.sleep(0.01)
+        else:
+            log.warning("cgroup_not_removed", cgroup=d)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale(cgroups: Cgroups) -> None:
+    """Remove the run cgroups of supervisors that died (e.g. SIGKILLed)."""
+    roots = list(dict.fromkeys(cgroups.v1.values())) + ([cgroups.v2] if cgroups.v2 else [])
+    for root in roots:
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            owner = name[len(CGROUP_PREFIX) :].split("-", 1)[0]
+            if name.startswith(CGROUP_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+                _remove_cgroups([os.path.join(root, name)], cgroups)
+
+
+def _own_cgroups() -> Cgroups | None:
+    """This process's cgroup directories, from /proc/self/cgroup and mountinfo."""
+    v1_mounts: dict[str, str] = {}
+    v2_mount = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                pre, _, post = line.partition(" - ")
+                fstype, _, options = (post.split() + ["", "", ""])[:3]
+                point = pre.split()[4]
+                if fstype == "cgroup2":
+                    v2_mount = point
+                elif fstype == "cgroup":
+                    for opt in options.split(","):
+                        if opt in ("cpu", "memory", "pids"):
+                            v1_mounts[opt] = point
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            lines = [ln.rstrip("\n").split(":", 2) for ln in f]
+    except OSError:
+        return None
+    v1: dict[str, str] = {}
+    v2 = None
+    for hid, controllers, path in lines:
+        if hid == "0" and v2_mount is not None:
+            v2 = os.path.join(v2_mount, path.lstrip("/"))
+        for c in controllers.split(","):
+            if c in v1_mounts:
+                v1[c] = os.path.join(v1_mounts[c], path.lstrip("/"))
+    v2_controllers: frozenset[str] = frozenset()
+    if v2 is not None:
+        try:
+            enabled = Path(v2, "cgroup.subtree_control").read_text().split()
+        except OSError:
+            enabled = []
+        v2_controllers = frozenset(c for c in enabled if c in ("cpu", "memory", "pids") and c not in v1)
+    return Cgroups(v1=v1, v2=v2, v2_controllers=v2_controllers)
+
+
+def _probe_cgroups() -> Cgroups | None:
+    found = _own_cgroups()
+    if found is None or not (found.v1 or found.v2):
+        return None
+    probe = f"probe{os.urandom(4).hex()}"
+    try:
+        found.create(probe, Caps(cpu_cores=1.0, memory_bytes=1 << 30, pids=64))
+        ok = all(os.path.isfile(p) for p in found.procs_files(probe))
+    except OSError:
+        ok = False
+    finally:
+        found.remove(probe)
+    if not ok:
+        return None
+    _sweep_stale(found)
+    return found
 
 
 @attrs.frozen
 class Isolation:
     """Which kernel mechanisms a run gets; ``enforced`` is what observations record."""
 
+    #: PID + network + mount namespaces, read-only host, unprivileged uid, tmpfs scratch.
     namespaces: bool
+    cgroups: Cgroups | None = None
 
     @property
     def enforced(self) -> dict[str, str]:
-        if self.namespaces:
-            return {
-                "process_tree": "pid_namespace",
-                "network": "net_namespace",
-                "ram": "RLIMIT_AS",
-                "cpu": "RLIMIT_CPU backstop above the deadline (no core cap)",
-                "filesystem": "scratch copy of the repo (host paths not write-protected)",
-            }
-        return {
-            "process_tree": "process_group",
-            "network": "none",
-            "ram": "RLIMIT_AS",
+        rlimits = "RLIMIT_AS per process"
+        out = {
+            "ram": rlimits,
             "cpu": "RLIMIT_CPU backstop above the deadline (no core cap)",
-            "filesystem": "scratch copy of the repo (host paths not write-protected)",
+            "disk": "RLIMIT_FSIZE per file only",
+            "open_files": "RLIMIT_NOFILE",
+            "processes": "RLIMIT_NPROC (per uid; not applied to root)",
+            "environment": "declared variables only; stdin /dev/null",
         }
-
-    def wrap(self, argv: tuple[str, ...]) -> list[str]:
-        if not self.namespaces:
-            return list(argv)
-        return ["unshare", "--pid", "--net", "--fork", "--kill-child", "--", *argv]
+        if self.namespaces:
+            out |= {
+                "process_tree": "pid_namespace (init killed; dies with aexec via PR_SET_PDEATHSIG)",
+                "network": "net_namespace (no interface up, loopback included)",
+                "filesystem": "mount_namespace: host read-only, fresh /proc; writable: scratch work, home, tmp",
+                "user": "unprivileged uid per run, no_new_privs, no capabilities",
+                "disk": "scratch root on a tmpfs sized repo + disk cap; RLIMIT_FSIZE per file",
+                "processes": "RLIMIT_NPROC for the run's own uid",
+            }
+        else:
+            out |= {
+                "process_tree": "process_group",
+                "network": "none",
+                "filesystem": "scratch copy of the repo (host paths not write-protected)",
+                "user": "aexec's own user",
+            }
+        if self.cgroups is not None:
+            out |= self.cgroups.describe()
+            out["process_tree"] += " + cgroup.kill" if self.cgroups.v2 else " + cgroup sweep"
+        return out
 
 
 _detected: Isolation | None = None
 
 
+def _probe_namespaces() -> bool:
+    if os.geteuid() != 0:
+        return False
+    try:
+        done = subprocess.run(
+            ["unshare", "--pid", "--net", "--mount", "--fork", "--kill-child", "--", "true"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
 def detect_isolation() -> Isolation:
-    """Probe once per process whether namespaces work; ``AEXEC_NO_NAMESPACES=1`` forbids them."""
+    """Probe once per process what the kernel allows.
+
+    ``AEXEC_NO_NAMESPACES=1`` and ``AEXEC_NO_CGROUPS=1`` forbid a mechanism (to test
+    the fallbacks, or where it misbehaves). Each missing mechanism logs one warning.
+    """
     global _detected
     if _detected is None:
-        ok = False
-        if os.environ.get("AEXEC_NO_NAMESPACES") != "1" and shutil.which("unshare"):
-            try:
-                done = subprocess.run(
-                    ["unshare", "--pid", "--net", "--fork", "--kill-child", "--", "true"],
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    timeout=10,
-                    check=False,
-                )
-                ok = done.returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                ok = False
-        if not ok:
+        ns = os.environ.get("AEXEC_NO_NAMESPACES") != "1" and _probe_namespaces()
+        cg = None if os.environ.get("AEXEC_NO_CGROUPS") == "1" else _probe_cgroups()
+        if not ns:
             log.warning(
                 "isolation_degraded",
-                reason="PID/network namespaces unavailable; killing by process group, network not blocked",
+                mechanism="namespaces",
+                reason="not root or namespaces unavailable: process-group kill, network and host files unprotected",
             )
-        _detected = Isolation(namespaces=ok)
+        if cg is None:
+            log.warning(
+                "isolation_degraded",
+                mechanism="cgroups",
+                reason="no writable cgroup tree: no core cap, tree memory cap or cgroup.kill",
+            )
+        _detected = Isolation(namespaces=ns, cgroups=cg)
     return _detected
 
 
@@ -107,6 +356,9 @@ class Invocation:
     env: dict[str, str]
     timeout_s: float
     report_path: str
+    #: The run's name, unique in this process: names its cgroups.
+    run: str = "run"
+    caps: Caps | None = None
 
 
 class _Sink:
@@ -176,24 +428,23 @@ def _tree_usage(pid: int) -> tuple[float | None, int | None]:
     return cpu, (peak // 1024 if peak else None)
 
 
-def _kill_tree(proc: anyio.abc.Process, isolation: Isolation) -> None:
+def _kill_tree(proc: anyio.abc.Process, inv: Invocation, isolation: Isolation) -> None:
+    if isolation.cgroups is not None and inv.caps is not None:
+        isolation.cgroups.kill(inv.run)  # everything in the run's cgroups, at once
     if proc.returncode is not None:
         return  # reaped: its pid may belong to someone else now
     if isolation.namespaces:
-        # Kill only the namespace's init: the kernel then kills everything inside the
-        # namespace before the init can be reaped, and the wrapper (left alive to reap
-        # it) exits only after that — so its exit means the namespace is empty.
+        # Kill the namespace's init (the driver's child): the kernel then kills
+        # everything inside the namespace before the init can be reaped, and the driver
+        # (left alive to reap it) exits only after that — so its exit means the
+        # namespace is empty.
         targets = _children(proc.pid) or [proc.pid]
         for pid in targets:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _read_report(path: str) -> tuple[tuple[dict[str, Any], ...], int]:
@@ -226,9 +477,26 @@ async def execute(inv: Invocation, isolation: Isolation) -> RawRun:
     reaped inside a shielded scope, then the cancellation is re-raised; no process of
     the run outlives this call.
     """
+    cgroups = isolation.cgroups if inv.caps is not None else None
+    if cgroups is not None:
+        assert inv.caps is not None
+        cgroups.create(inv.run, inv.caps)
+    try:
+        raw = await _execute(inv, isolation)
+        if cgroups is not None and cgroups.oom_killed(inv.run):
+            raw = attrs.evolve(raw, oom_killed=True)
+        return raw
+    finally:
+        if cgroups is not None:
+            with anyio.CancelScope(shield=True):
+                cgroups.kill(inv.run)
+                await anyio.to_thread.run_sync(cgroups.remove, inv.run)
+
+
+async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     start = anyio.current_time()
     proc = await anyio.open_process(
-        isolation.wrap(inv.argv),
+        inv.argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -249,7 +517,7 @@ async def execute(inv: Invocation, isolation: Isolation) -> RawRun:
             if deadline.cancelled_caught:
                 timed_out = True
                 killed_usage = _tree_usage(proc.pid)
-                _kill_tree(proc, isolation)
+                _kill_tree(proc, inv, isolation)
                 with anyio.move_on_after(KILL_WAIT_S) as stuck:
                     await proc.wait()
                 if stuck.cancelled_caught:
@@ -263,7 +531,7 @@ async def execute(inv: Invocation, isolation: Isolation) -> RawRun:
                 tg.cancel_scope.cancel()
     except BaseException:
         with anyio.CancelScope(shield=True):
-            _kill_tree(proc, isolation)
+            _kill_tree(proc, inv, isolation)
             with anyio.move_on_after(KILL_WAIT_S):
                 await proc.wait()
         raise

@@ -21,9 +21,15 @@ from ._types import FAILURE_ORDER, MESSAGE_CAP_CHARS, SECONDARY_FAILURE_CAP, Fai
 RESOURCE_SIGNALS = frozenset({signals.SIGKILL, signals.SIGXCPU, signals.SIGXFSZ})
 
 
+#: OSErrors that mean a cap was hit: file size, disk space, open files, processes, memory.
+RESOURCE_ERRNOS = frozenset(
+    {errno.EFBIG, errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN}
+)
+
+
 def error_class(e: RaisedError) -> FailureClass:
     """The class of one exception, by its type's MRO and where it was raised."""
-    if e.is_a("MemoryError") or (e.is_a("OSError") and e.errno == errno.EFBIG):
+    if e.is_a("MemoryError") or (e.is_a("OSError") and e.errno in RESOURCE_ERRNOS):
         return "resource"
     if e.is_a("SyntaxError"):
         return "syntax"
@@ -76,6 +82,8 @@ def failures(ev: Evidence, timeout_s: float) -> tuple[Finding, ...]:
     if ev.timed_out:
         where = f" while running {ev.in_flight}" if ev.in_flight else ""
         add("timeout", ev.in_flight or "", f"killed at the {timeout_s:g} s wall-clock deadline{where}")
+    elif ev.oom_killed:
+        add("resource", ev.in_flight or "", "a process was killed by the run's memory cap (cgroup OOM)")
     elif ev.signal in RESOURCE_SIGNALS:
         add("resource", ev.in_flight or "", f"killed by {signal_name(ev.signal)} (a resource cap)")
     explained: set[str] = set()

@@ -17,7 +17,7 @@ import attrs
 
 from ._classify import Runner
 from ._records import RawRun
-from ._types import FRAME_CAP, MESSAGE_CAP_CHARS, TestVerdict
+from ._types import BOX_FAILED, FRAME_CAP, MESSAGE_CAP_CHARS, TestVerdict
 
 #: The name the snippet is shown under in locations.
 SNIPPET_NAME = "snippet.py"
@@ -74,6 +74,10 @@ class Evidence:
     #: pytest's own exit status, when pytest got to report one.
     pytest_exit: int | None
     parse_uncertain: bool
+    #: The run's memory cgroup killed a process of it.
+    oom_killed: bool = False
+    #: The driver could not build the boundary; nothing of the candidate ran.
+    box_failed: bool = False
 
 
 def _display(path: str, cwd: str, snippet: str | None) -> str:
@@ -151,6 +155,7 @@ def traceback_from_text(text: str, cwd: str) -> RaisedError | None:
             continue  # an exception name with no traceback above it is not a traceback
         name = m["type"]
         short = name.rsplit(".", 1)[-1]
+        errno = re.match(r"\[Errno (\d+)\]", m["msg"] or "")
         bases = _builtin_bases(short) if "." not in name else ()
         return RaisedError(
             type=f"builtins.{short}" if bases else name,
@@ -158,6 +163,7 @@ def traceback_from_text(text: str, cwd: str) -> RaisedError | None:
             message=(m["msg"] or "")[:MESSAGE_CAP_CHARS],
             frames=tuple(frames[-FRAME_CAP:]),
             phase="stderr",
+            errno=int(errno[1]) if errno else None,
             at_import=_at_import(tuple(frames)),
         )
     return None
@@ -217,4 +223,6 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         in_flight=in_flight,
         pytest_exit=pytest_exit,
         parse_uncertain=uncertain,
+        oom_killed=raw.oom_killed,
+        box_failed=raw.exit_code == BOX_FAILED and not any(r["kind"] == "main" for r in raw.records),
     )

@@ -34,6 +34,7 @@ def declare(
     enforced: dict[str, str],
     repo_view: str,
     max_cores: float,
+    repo_ro: bool = False,
 ) -> Environment:
     """The boundary a run in ``mode`` is held to. Raises `RequestError` on a bad override."""
     timeout = DEFAULT_TIMEOUT_S[mode] if overrides.timeout_s is None else float(overrides.timeout_s)
@@ -51,7 +52,7 @@ def declare(
         cpu_cap_cores=cores,
         ram_cap_mib=ram,
         timeout_s=timeout,
-        fs_boundary=FsBoundary(scratch_root="", repo_ro=False, repo_view=repo_view),
+        fs_boundary=FsBoundary(scratch_root="", repo_ro=repo_ro, repo_view=repo_view),
         network="deny_by_default",
         stdout_cap_kib=STREAM_CAP_BYTES // 1024,
         stderr_cap_kib=STREAM_CAP_BYTES // 1024,
@@ -70,6 +71,11 @@ class Limits:
     address_space_bytes: int
     cpu_seconds: int
     file_size_bytes: int
+    open_files: int
+    processes: int
+    #: The run cgroup's memory cap: the tree's RAM plus what it may write to its tmpfs.
+    tree_memory_bytes: int
+    disk_bytes: int
 
 
 #: No single file a candidate writes may exceed this (RLIMIT_FSIZE).
@@ -83,5 +89,9 @@ def limits(env: Environment) -> Limits:
     return Limits(
         address_space_bytes=env.ram_cap_mib * 1024 * 1024,
         cpu_seconds=cpu,
-        file_size_bytes=FILE_SIZE_CAP_BYTES,
+        file_size_bytes=min(FILE_SIZE_CAP_BYTES, env.disk_cap_mib << 20),
+        open_files=env.open_files_cap,
+        processes=env.pids_cap,
+        tree_memory_bytes=(env.ram_cap_mib + env.disk_cap_mib) << 20,
+        disk_bytes=env.disk_cap_mib << 20,
     )

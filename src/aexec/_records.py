@@ -13,6 +13,9 @@ import attrs
 
 from ._types import (
     ARTIFACT_SHAPES,
+    DEFAULT_DISK_MIB,
+    DEFAULT_OPEN_FILES,
+    DEFAULT_PIDS,
     REQUEST_TYPES,
     ArtifactShape,
     FailureClass,
@@ -101,6 +104,11 @@ class Environment:
     stdout_cap_kib: int
     stderr_cap_kib: int
     enforced: dict[str, str] = attrs.field(factory=dict)
+    #: What the candidate may write in all, beyond the repo view it starts with.
+    disk_cap_mib: int = DEFAULT_DISK_MIB
+    #: Processes and threads of the run at once.
+    pids_cap: int = DEFAULT_PIDS
+    open_files_cap: int = DEFAULT_OPEN_FILES
 
 
 @attrs.frozen
@@ -191,3 +199,5 @@ class RawRun:
     bad_records: int
     cpu_s: float | None
     peak_ram_mib: int | None
+    #: The run's memory cgroup killed a process of it.
+    oom_killed: bool = False

@@ -73,3 +73,10 @@ CPU_BACKSTOP_MARGIN_S: Final = 2.0
 MAX_TIMEOUT_S: Final = 3600.0
 MIN_RAM_MIB: Final = 16
 MAX_RAM_MIB: Final = 1 << 20
+
+#: The driver's exit status when it could not build the boundary: nothing of the run ran.
+BOX_FAILED: Final = 125
+#: Declared caps beyond RAM and CPU (spec §3.2 leaves them to us; docs/isolation.md).
+DEFAULT_DISK_MIB: Final = 512
+DEFAULT_PIDS: Final = 256
+DEFAULT_OPEN_FILES: Final = 1024

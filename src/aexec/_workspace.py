@@ -4,8 +4,13 @@ Every run gets a fresh scratch root (``tempfile.mkdtemp``, so ``TMPDIR`` is hono
 
     <scratch_root>/work    the candidate's cwd: a copy of the repo, patched (or empty)
     <scratch_root>/home    HOME
-    <scratch_root>/tmp     TMPDIR
+    <scratch_root>/tmp     TMPDIR (and, inside the boundary, /tmp, /var/tmp, /dev/shm)
     <scratch_root>/.aexec  the driver's spec, the snippet, the report (not the candidate's)
+
+With the full boundary (root) the scratch root is a tmpfs of its own, shrunk after the
+view is made to what the view holds plus the disk cap, so a candidate cannot write more
+than the cap anywhere; ``work``, ``home`` and ``tmp`` belong to the run's own uid.
+Scratch roots are named ``aexec-<pid>-…``: those of a dead aexec are swept at start.
 
 The original repository is only read. Patches are applied with ``git apply``, which
 applies all of a patch or none of it.
@@ -14,8 +19,10 @@ applies all of a patch or none of it.
 from __future__ import annotations
 
 import configparser
+import ctypes
 import hashlib
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -23,6 +30,7 @@ import tempfile
 import tomllib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
@@ -62,12 +70,108 @@ class Scratch:
         return os.path.join(self.root, "tmp")
 
 
-def make_scratch() -> Scratch:
-    root = tempfile.mkdtemp(prefix="aexec-")
+_libc = ctypes.CDLL(None, use_errno=True)
+_MS_REMOUNT, _MNT_DETACH = 0x20, 0x2
+SCRATCH_PREFIX = "aexec-"
+
+
+def _mount_tmpfs(target: str, options: str, remount: bool = False) -> None:
+    flags = _MS_REMOUNT if remount else 0
+    rc = _libc.mount(b"aexec", os.fsencode(target), b"tmpfs", ctypes.c_ulong(flags), options.encode())
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+
+
+def make_scratch(tmpfs: bool = False) -> Scratch:
+    root = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+    if tmpfs:
+        try:
+            _mount_tmpfs(root, "mode=0755,size=50%")
+        except OSError:
+            os.rmdir(root)
+            raise
     s = Scratch(root)
     for d in (s.private, s.home, s.tmp):
         os.mkdir(d)
+    if tmpfs:
+        # The report lives here: a full scratch disk must not silence the driver.
+        _mount_tmpfs(s.private, "mode=0755,size=24m")
     return s
+
+
+def seal_scratch(scratch: Scratch, uid: int, disk_bytes: int) -> None:
+    """Hand the writable dirs to the run's uid; cap the tmpfs at what it holds + the disk cap."""
+    for top in (scratch.work, scratch.home, scratch.tmp):
+        os.chown(top, uid, uid, follow_symlinks=False)
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+    st = os.statvfs(scratch.root)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    _mount_tmpfs(scratch.root, f"size={used + disk_bytes}", remount=True)
+
+
+def run_uid() -> int:
+    """A fresh uid for one run, in a range no distribution hands out."""
+    return (1 << 20) + secrets.randbelow(1 << 24)
+
+
+def _is_mount(path: str) -> bool:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            return any(line.split()[4] == path for line in f)
+    except OSError:
+        return False
+
+
+def sweep_stale_scratch() -> None:
+    """Remove the scratch roots of an aexec that died before removing them (e.g. SIGKILL)."""
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        owner = name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if not (name.startswith(SCRATCH_PREFIX) and owner.isdigit()):
+            continue
+        try:
+            os.kill(int(owner), 0)
+            continue  # its aexec is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        remove_scratch(Scratch(os.path.join(base, name)))
+
+
+def masks(needed: Iterable[str], mask_dir: str) -> list[list[Any]]:
+    """Directories others cannot traverse on the way to what a run needs, for the driver.
+
+    Each is ``[hidden_dir, mask, [needed paths under it]]``: inside the boundary the
+    hidden directory is replaced by ``mask``, holding only the needed paths (the
+    interpreter in ``/root/.pyenv``, say), so the run's unprivileged uid reaches them
+    and nothing else of it.
+    """
+    found: dict[str, list[str]] = {}
+    for path in dict.fromkeys(os.path.abspath(p) for p in needed):
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            ancestor = os.path.join(*parts[:i])
+            try:
+                mode = os.stat(ancestor).st_mode
+            except OSError:
+                break
+            if not mode & 0o001:
+                found.setdefault(ancestor, []).append(path)
+                break
+    out: list[list[Any]] = []
+    for i, (hidden, paths) in enumerate(sorted(found.items())):
+        mask = os.path.join(mask_dir, f"mask{i}")
+        os.makedirs(mask, mode=0o755)
+        out.append([hidden, mask, paths])
+    return out
 
 
 def write_private(scratch: Scratch, name: str, text: str) -> str:
@@ -79,6 +183,8 @@ def write_private(scratch: Scratch, name: str, text: str) -> str:
 
 
 def remove_scratch(scratch: Scratch) -> None:
+    if _is_mount(scratch.root):
+        _libc.umount2(os.fsencode(scratch.root), _MNT_DETACH)
     try:
         shutil.rmtree(scratch.root)
         return
@@ -273,6 +379,8 @@ def candidate_env(scratch: Scratch, python: str) -> dict[str, str]:
     return {
         "PATH": os.pathsep.join(dict.fromkeys([bindir, "/usr/local/bin", "/usr/bin", "/bin"])),
         "HOME": scratch.home,
+        "USER": "aexec",
+        "LOGNAME": "aexec",
         "TMPDIR": scratch.tmp,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
