@@ -449,3 +449,27 @@ def test_stale_scratch_of_a_dead_aexec_is_swept(scratch_tmp: Path) -> None:
     assert not stale.exists() and mounts_under(stale) == []
     assert live.exists()  # a live aexec's scratch is left alone
     live.rmdir()
+
+
+@full_boundary
+async def test_an_interpreter_under_the_hosts_tmp_still_runs(tmp_path: Path, shop: Path) -> None:
+    # /tmp is the scratch tmp inside the boundary: a venv under the host's /tmp (a CI
+    # checkout, say) must be bound back in place, read-only.
+    venv = tmp_path / "venv"
+    await anyio.run_process([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    site = next(venv.glob("lib/python*/site-packages"))
+    ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "pytest").is_dir())
+    (site / "host.pth").write_text(ours + "\n")
+    python = str(venv / "bin" / "python")
+    attack = "open(__import__('sys').executable + '-pwned', 'w')"
+    obs, wrote = await observe_many(
+        [
+            Candidate(
+                "run_suite", "test_subset", repo=str(shop), tests=["tests/test_cart.py"], python=python
+            ),
+            Candidate("run_entry", "snippet", code=attack, python=python),
+        ]
+    )
+    assert obs.failure is not None and obs.failure.failure_class == "assertion", obs.failure
+    assert wrote.failure is not None and "Read-only file system" in wrote.failure.message
+    assert not Path(python + "-pwned").exists()

@@ -57,6 +57,10 @@ from ._workspace import (
 #: Inside the boundary these are the scratch root's tmp, not the host's.
 TMP_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
 
+
+def _under(path: str, dirs: Iterable[str]) -> bool:
+    return any(path.startswith(d.rstrip(os.sep) + os.sep) for d in dirs)
+
 log = structlog.get_logger(__name__)
 
 VERSION = "0.1.0"
@@ -242,8 +246,8 @@ async def _run_once(
             rlimits["RLIMIT_NPROC"] = lim.processes  # the uid is the run's alone
             os.chown(report, uid, uid)
             await anyio.to_thread.run_sync(seal_scratch, scratch, uid, lim.disk_bytes)
-            under_tmp = any(scratch.root.startswith(t + os.sep) for t in TMP_TARGETS)
-            needed = [*tool.paths, *([] if under_tmp else [scratch.root])]
+            covered = [p for p in (scratch.root, *tool.paths) if _under(p, TMP_TARGETS)]
+            needed = [p for p in (scratch.root, *tool.paths) if p not in covered]
             box_spec = {
                 "supervisor_pid": os.getpid(),
                 "uid": uid,
@@ -253,6 +257,8 @@ async def _run_once(
                 "tmp": scratch.tmp,
                 "tmp_targets": list(TMP_TARGETS),
                 "masks": masks(needed, scratch.private),
+                # covered by the scratch tmp inside: bound back in place by the driver
+                "keep": [p for p in covered if not _under(p, covered)],
             }
         cgroups = session.isolation.cgroups
         spec: dict[str, Any] = {

@@ -152,8 +152,8 @@ def _bind(source: str, target: str, *, readonly: bool) -> None:
 def build_view(box: dict[str, Any]) -> None:
     """In the new mount namespace: the whole host read-only, the scratch dirs writable."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # Held open: binding /tmp may cover these paths.
-    scratch = os.open(box["scratch_root"], os.O_PATH | os.O_DIRECTORY)
+    # Held open: binding /tmp may cover these paths (the scratch root, an interpreter).
+    keep = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in box["keep"]}
     tmp = os.open(box["tmp"], os.O_PATH | os.O_DIRECTORY)
     # A /proc of the new PID namespace: the host's processes are not even visible.
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -181,17 +181,20 @@ def build_view(box: dict[str, Any]) -> None:
     for target in box["tmp_targets"]:
         if os.path.isdir(target):
             _bind(f"/proc/self/fd/{tmp}", target, readonly=False)
-    # The scratch root itself may live under /tmp, now covered: put it back in place.
-    here = os.fstat(scratch)
-    try:
-        seen = os.stat(box["scratch_root"])
-        same = (seen.st_dev, seen.st_ino) == (here.st_dev, here.st_ino)
-    except OSError:
-        same = False
-    if not same:
-        os.makedirs(box["scratch_root"], mode=0o755, exist_ok=True)
-        mount(f"/proc/self/fd/{scratch}", box["scratch_root"], None, MS_BIND | MS_REC)
-    os.close(scratch)
+    # What lives under /tmp on the host is covered now: put it back in place.
+    for path, fd in keep.items():
+        here = os.fstat(fd)
+        try:
+            seen = os.stat(path)
+            same = (seen.st_dev, seen.st_ino) == (here.st_dev, here.st_ino)
+        except OSError:
+            same = False
+        if not same:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            if path != box["scratch_root"]:
+                mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+        os.close(fd)
     os.close(tmp)
 
 
