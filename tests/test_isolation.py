@@ -473,3 +473,12 @@ async def test_an_interpreter_under_the_hosts_tmp_still_runs(tmp_path: Path, sho
     assert obs.failure is not None and obs.failure.failure_class == "assertion", obs.failure
     assert wrote.failure is not None and "Read-only file system" in wrote.failure.message
     assert not Path(python + "-pwned").exists()
+
+
+@full_boundary
+async def test_many_concurrent_runs_do_not_trip_over_each_others_scratch() -> None:
+    # Each namespace starts with a copy of the host's mounts, other runs' scratch
+    # tmpfs included, which may vanish while the view is being built.
+    results = await observe_many([snippet(f"print({i})") for i in range(40)], limit=8)
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(40)]
+    assert {r.verdict for r in results} == {"empty_success"}

@@ -173,9 +173,10 @@ def build_view(box: dict[str, Any]) -> None:
         try:
             mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
         except BoxError:
-            if os.path.exists(point):
+            # Gone since the list was read (another run's scratch root, removed on the
+            # host, leaves this namespace too) or hidden by a mask: unreachable anyway.
+            if os.path.exists(point) and any(p == point for p, _ in mounts()):
                 raise
-            # a mount point under a path the masks hid: unreachable anyway
     for path in box["writable"]:
         _bind(path, path, readonly=False)
     for target in box["tmp_targets"]:
