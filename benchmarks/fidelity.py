@@ -22,144 +22,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shlex
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+# The naive baselines and the metrics are the §7 harness's own (``aexec ab`` uses the
+# same code), so the two reports cannot drift apart.
+from aexec._ab import baseline_a, baseline_b, metrics, naive_run
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS = HERE / ".work"
-RAM_CAP_MIB = 512
-MODE_DEFAULT_TIMEOUT = {"build_check": 60, "run_entry": 30, "run_suite": 120, "probe": 30}
-CLASSES = ["compile", "syntax", "assertion", "runtime", "timeout", "resource", "type", "dependency"]
-CAP_LAUNCHER = (
-    "import os, resource, sys\n"
-    "cap = int(sys.argv[1]) * 1024 * 1024\n"
-    "resource.setrlimit(resource.RLIMIT_AS, (cap, cap))\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
-EXC_RE = re.compile(r"\b(\w+(?:Error|Exception|Exit))\b")
-NAME_CLASS = {
-    "SyntaxError": "syntax",
-    "IndentationError": "syntax",
-    "TabError": "syntax",
-    "ImportError": "dependency",
-    "ModuleNotFoundError": "dependency",
-    "TypeError": "type",
-    "AssertionError": "assertion",
-    "MemoryError": "resource",
-}
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-# --------------------------------------------------------------------------------------
-# Naive baselines
-# --------------------------------------------------------------------------------------
-
-
-def case_timeout(case: dict) -> float:
-    pol = case.get("policy") or {}
-    return float(pol.get("timeout_s", MODE_DEFAULT_TIMEOUT[case["request_type"]]))
-
-
-def naive_run(case: dict, corpus: Path) -> dict:
-    """Run the case the naive way; return exit code / timed-out / raw output."""
-    tmo = case_timeout(case)
-    with tempfile.TemporaryDirectory(prefix="aexec-naive-") as td:
-        if "repo" in case:
-            work = Path(td) / "repo"
-            shutil.copytree(corpus / case["repo"], work, symlinks=True)
-            if case.get("patch"):
-                pf = Path(td) / "candidate.patch"
-                pf.write_text(case["patch"])
-                env = dict(os.environ, GIT_CEILING_DIRECTORIES=td)
-                r = subprocess.run(
-                    ["git", "apply", "-p1", str(pf)],
-                    cwd=work,
-                    capture_output=True,
-                    text=True,
-                    env=env,
-                )
-                if r.returncode != 0:
-                    return {
-                        "rc": r.returncode,
-                        "timed_out": False,
-                        "output": r.stdout + r.stderr,
-                        "duration": 0.0,
-                    }
-        else:
-            work = Path(td) / "scratch"
-            work.mkdir()
-        rt, shape = case["request_type"], case["artifact_shape"]
-        if shape == "command":
-            argv = list(case["command"])
-        elif rt == "run_suite":
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *case["tests"]]
-        elif rt == "build_check":
-            if "code" in case:
-                f = Path(td) / "candidate.py"
-                f.write_text(case["code"])
-                argv = [sys.executable, "-m", "py_compile", str(f)]
-            else:
-                argv = [sys.executable, "-m", "compileall", "-q", "."]
-        else:  # run_entry / probe snippets
-            argv = [sys.executable, "-c", case["code"]]
-        argv = [sys.executable, "-c", CAP_LAUNCHER, str(RAM_CAP_MIB), *argv]
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            argv,
-            cwd=work,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=tmo)
-            return {
-                "rc": proc.returncode,
-                "timed_out": False,
-                "output": out + err,
-                "duration": time.monotonic() - t0,
-            }
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            return {
-                "rc": None,
-                "timed_out": True,
-                "output": (out or "") + (err or ""),
-                "duration": time.monotonic() - t0,
-            }
-
-
-def baseline_a(run: dict) -> tuple[str, str | None]:
-    if run["timed_out"]:
-        return "fail", "timeout"
-    if run["rc"] == 0:
-        return "pass", None
-    return "fail", "runtime"
-
-
-def baseline_b(run: dict) -> tuple[str, str | None]:
-    if run["timed_out"]:
-        return "fail", "timeout"
-    if run["rc"] == 0:
-        return "pass", None
-    names = EXC_RE.findall(run["output"])
-    if not names:
-        return "fail", "runtime"
-    return "fail", NAME_CLASS.get(names[-1], "runtime")
 
 
 # --------------------------------------------------------------------------------------
@@ -213,42 +92,6 @@ def run_aexec(cmd: list[str], cases_path: Path, obs_path: Path) -> dict:
                 except json.JSONDecodeError:
                     obs.append({"_unparseable": ln[:200]})
     return {"rc": rc, "stderr": err[-2000:], "duration": dur, "observations": obs}
-
-
-# --------------------------------------------------------------------------------------
-# Metrics
-# --------------------------------------------------------------------------------------
-
-
-def metrics(labels: list[dict], preds: list[tuple[str | None, str | None]]) -> dict:
-    n = len(labels)
-    acc = sum(lab["verdict"] == p[0] for lab, p in zip(labels, preds, strict=True)) / n
-    per_class = {}
-    present = [c for c in CLASSES if any(lab["failure_class"] == c for lab in labels)]
-    pairs = list(zip(labels, preds, strict=True))
-    for c in present:
-        tp = sum(lab["failure_class"] == c and p[1] == c for lab, p in pairs)
-        npred = sum(p[1] == c for p in preds)
-        nlab = sum(lab["failure_class"] == c for lab in labels)
-        prec = tp / npred if npred else 0.0
-        rec = tp / nlab if nlab else 0.0
-        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-        per_class[c] = {
-            "tp": tp,
-            "predicted": npred,
-            "labelled": nlab,
-            "precision": prec,
-            "recall": rec,
-            "f1": f1,
-        }
-    macro = sum(v["f1"] for v in per_class.values()) / len(per_class) if per_class else 0.0
-    class_acc = sum(lab["failure_class"] == p[1] for lab, p in zip(labels, preds, strict=True)) / n
-    return {
-        "verdict_accuracy": acc,
-        "macro_f1": macro,
-        "class_accuracy": class_acc,
-        "per_class": per_class,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

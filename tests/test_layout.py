@@ -23,7 +23,12 @@ LAYER = {
     "_execute": 3,
     "_cache": 3,
     "_serde": 3,
+    "_probe": 3,
     "_api": 4,
+    # scale-out: runs _api's pipeline inside Ray tasks (imports ray only inside functions)
+    "_ray": 4.5,
+    "_discriminate": 4.5,
+    "_ab": 4.6,
     "_cli": 5,
     "__main__": 5,
     "__init__": 5,

@@ -11,8 +11,9 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -60,6 +61,7 @@ TMP_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
 
 def _under(path: str, dirs: Iterable[str]) -> bool:
     return any(path.startswith(d.rstrip(os.sep) + os.sep) for d in dirs)
+
 
 log = structlog.get_logger(__name__)
 
@@ -145,14 +147,30 @@ def validate(candidate: Candidate) -> tuple[Classification, Runner]:
     return classification, runner
 
 
+#: Private A/B knob (spec §7.5), set only by ``aexec._ab`` around one ``observe_many``:
+#: the mechanisms to remove — ``"antigaming"`` (no confirming re-run, no diff-scope
+#: check) and ``"cache"`` (no disk cache, no in-process dedup). The public API never sets it.
+_DISABLED: ContextVar[frozenset[str]] = ContextVar("aexec_disabled", default=frozenset())
+_T = TypeVar("_T")
+
+
+class _NoDedup(Inflight[_T]):
+    """The dedup ablated: every caller runs its own."""
+
+    async def run(self, key: str, fn: Callable[[], Awaitable[_T]]) -> tuple[_T, bool]:
+        return await fn(), False
+
+
 class _Session:
     """What the candidates of one call share: process slots, caches, the boundary."""
 
     def __init__(self, limit: int, cache_dir: str | None) -> None:
+        self.disabled = _DISABLED.get()
+        dedup = "cache" not in self.disabled
         self.slots = anyio.CapacityLimiter(limit)
-        self.cache = None if cache_dir is None else DiskCache(cache_dir)
-        self.observations: Inflight[ExecutionObservation] = Inflight()
-        self.befores: Inflight[dict[str, TestVerdict]] = Inflight()
+        self.cache = None if cache_dir is None or not dedup else DiskCache(cache_dir)
+        self.observations: Inflight[ExecutionObservation] = Inflight() if dedup else _NoDedup()
+        self.befores: Inflight[dict[str, TestVerdict]] = Inflight() if dedup else _NoDedup()
         self.isolation: Isolation = detect_isolation()
         self.runs = 0
         global _swept
@@ -436,7 +454,9 @@ async def _witness(
         duration=round(run.evidence.duration, 3),
     )
     reverified: bool | None = None
-    if runner == "pytest" and not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests):
+    guarded = "antigaming" not in session.disabled
+    passed = not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests)
+    if guarded and runner == "pytest" and passed:
         redo = await _run_once(session, candidate, runner, env, tool, patch=candidate.patch, touched=touched)
         if isinstance(redo, PatchError):  # it applied a moment ago: the host changed under us
             raise redo
@@ -446,7 +466,8 @@ async def _witness(
         if not agreed:
             blog.warning("nondeterministic", cache_key=key[:12])
             run = attrs.evolve(again, evidence=merged)
-    tampered = candidate.patch is not None and touches_oracle(touched, candidate.tests, config_changed)
+    tampered = guarded and candidate.patch is not None
+    tampered = tampered and touches_oracle(touched, candidate.tests, config_changed)
     obs = assemble(
         head,
         environment=with_scratch(env, run.scratch_root),
@@ -489,12 +510,26 @@ async def observe(candidate: Candidate, *, cache_dir: str | None = None) -> Exec
     return (await observe_many([candidate], cache_dir=cache_dir))[0]
 
 
+class Executor(Protocol):
+    """Somewhere else to run ``observe_many`` (e.g. `aexec.RayExecutor`), same records out."""
+
+    async def observe_many(
+        self,
+        candidates: Iterable[Candidate],
+        *,
+        limit: int | None = None,
+        cache_dir: str | None = None,
+        on_observation: Callable[[int, ExecutionObservation], None] | None = None,
+    ) -> list[ExecutionObservation]: ...
+
+
 async def observe_many(
     candidates: Iterable[Candidate],
     *,
     limit: int | None = None,
     cache_dir: str | None = None,
     on_observation: Callable[[int, ExecutionObservation], None] | None = None,
+    executor: Executor | None = None,
 ) -> list[ExecutionObservation]:
     """Observe many candidates concurrently; the results are in input order.
 
@@ -510,7 +545,14 @@ async def observe_many(
     **Cancellation:** cancelling the call kills every running candidate's process tree
     and removes every scratch root, in shielded scopes, then re-raises; observations
     already passed to ``on_observation`` stay valid.
+
+    With an ``executor`` the candidates are observed there instead (each by this same
+    local pipeline, wherever it runs).
     """
+    if executor is not None:
+        return await executor.observe_many(
+            candidates, limit=limit, cache_dir=cache_dir, on_observation=on_observation
+        )
     items = list(candidates)
     checked = []
     for i, c in enumerate(items):

@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
 import attrs
@@ -157,9 +157,16 @@ async def _observe_all(args: argparse.Namespace, cases: list[Candidate]) -> list
             console=Console(stderr=True),
             transient=True,
         )
+    executor = None
+    if args.ray is not None:
+        from ._ray import RayExecutor
+
+        executor = RayExecutor(address=args.ray)
     try:
         if progress is None:
-            return await observe_many(cases, limit=args.jobs, cache_dir=cache_dir, on_observation=writer.put)
+            return await observe_many(
+                cases, limit=args.jobs, cache_dir=cache_dir, on_observation=writer.put, executor=executor
+            )
         with progress:
             task = progress.add_task("observing", total=len(cases))
 
@@ -167,7 +174,9 @@ async def _observe_all(args: argparse.Namespace, cases: list[Candidate]) -> list
                 writer.put(i, obs)
                 progress.advance(task)
 
-            return await observe_many(cases, limit=args.jobs, cache_dir=cache_dir, on_observation=seen)
+            return await observe_many(
+                cases, limit=args.jobs, cache_dir=cache_dir, on_observation=seen, executor=executor
+            )
     finally:
         os.close(fd)
 
@@ -184,12 +193,21 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--cache-dir", default=None, help=f"behavioural cache (default: {default_cache_dir()})")
     g.add_argument("--no-cache", action="store_true", help="observe everything afresh, store nothing")
     o.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
+    o.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="observe on a Ray cluster (needs aexec[ray]): local (start one here), auto, HOST:PORT or ray://HOST:10001",
+    )
+    _more_commands(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(args.verbose)
+    if args.command in _COMMANDS:
+        return _COMMANDS[args.command](args)
     if args.jobs is not None and args.jobs < 1:
         print(f"aexec: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
         return 2
@@ -210,3 +228,156 @@ def main(argv: Sequence[str] | None = None) -> int:
     for o in errors:
         print(f"aexec: could not observe {o.id!r}: {o.error}", file=sys.stderr)
     return 1 if errors or len(observations) != len(cases) else 0
+
+
+# --------------------------------------------------------------------------------------
+# aexec discriminate / aexec ab (issue 6)
+# --------------------------------------------------------------------------------------
+
+
+def _more_commands(sub: Any) -> None:
+    from ._ab import MECHANISMS
+
+    d = sub.add_parser("discriminate", help="group 2+ candidates of one task by observed behaviour")
+    d.add_argument("cases", help="the candidates, one request per line; lines of one repo+tests form a task")
+    d.add_argument("-o", "--output", required=True, help="one JSON line per task (JSONL)")
+    d.add_argument(
+        "--property", default=None, help="the behaviour the suite leaves open (for the probe prompt)"
+    )
+    d.add_argument("--jobs", type=int, default=None, help="candidate processes at once (default: CPU count)")
+    g = d.add_mutually_exclusive_group()
+    g.add_argument("--cache-dir", default=None, help=f"behavioural cache (default: {default_cache_dir()})")
+    g.add_argument("--no-cache", action="store_true", help="observe everything afresh, store nothing")
+    d.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
+    a = sub.add_parser("ab", help="the spec §7 A/B: pipeline vs naive baselines, and ablations")
+    a.add_argument("corpus", help="a labelled cases JSONL, or a directory holding cases.jsonl")
+    a.add_argument(
+        "--labels", default=None, help="labels JSONL ({id, verdict, failure_class, f2p}) if not inline"
+    )
+    a.add_argument(
+        "--ablate",
+        action="append",
+        default=[],
+        choices=[*MECHANISMS, "all"],
+        help="re-measure with this mechanism removed (repeatable; `all` for every one)",
+    )
+    a.add_argument("--selection", default=None, help="discrimination corpus for the probe ablation (§7.5.3)")
+    a.add_argument(
+        "--out", default=None, help="where ab.json and the confusion PNGs go (default: CORPUS_DIR/ab)"
+    )
+    a.add_argument("--jobs", type=int, default=None, help="candidate processes at once (default: CPU count)")
+    a.add_argument("--check", action="store_true", help="exit 1 unless the pipeline wins")
+    a.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
+
+
+def _bad_jobs(args: argparse.Namespace) -> bool:
+    if args.jobs is not None and args.jobs < 1:
+        print(f"aexec: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        return True
+    return False
+
+
+def _discriminate_main(args: argparse.Namespace) -> int:
+    from ._discriminate import discriminate, task_key
+    from ._probe import prober_from_env
+    from ._serde import to_json_data
+
+    if _bad_jobs(args):
+        return 2
+    try:
+        cases = read_cases(args.cases)
+        prober = prober_from_env()
+    except RequestError as e:
+        print(f"aexec: {e}", file=sys.stderr)
+        return 2
+    with open(args.cases, encoding="utf-8") as f:
+        numbers = [n for n, line in enumerate(f.read().splitlines(), start=1) if line.strip()]
+    tasks: dict[Any, list[int]] = {}
+    for i, c in enumerate(cases):
+        tasks.setdefault(task_key(c), []).append(i)
+    for members in tasks.values():
+        if len(members) < 2:
+            print(
+                f"aexec: {args.cases}:{numbers[members[0]]}: a task needs 2 or more candidates"
+                " (candidates of one task share repo and tests)",
+                file=sys.stderr,
+            )
+            return 2
+    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+
+    async def run_all() -> list[Any]:
+        return [
+            await discriminate(
+                [cases[i] for i in members],
+                property=args.property,
+                prober=prober,
+                cache_dir=cache_dir,
+                limit=args.jobs,
+            )
+            for members in tasks.values()
+        ]
+
+    results = anyio.run(run_all)
+    errors = 0
+    with open(args.output, "w", encoding="utf-8") as out:
+        for n, ((repo, tests), r) in enumerate(zip(tasks, results, strict=True)):
+            line = {
+                "task": n,
+                "repo": repo,
+                "tests": tests,
+                "discriminated": r.discriminated,
+                **to_json_data(r),
+            }
+            out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+            errors += sum(o.verdict == "error" for o in r.observations)
+            groups = " | ".join(
+                "["
+                + ", ".join(str(i) for i in g.ids)
+                + f"] {g.verdict}"
+                + (f" {g.failure_class}" if g.failure_class else "")
+                for g in r.groups
+            )
+            print(
+                f"aexec: task {n} ({len(r.observations)} candidates): {len(r.groups)} groups: {groups}",
+                file=sys.stderr,
+            )
+            print(f"aexec: task {n} probe: {r.probe.outcome}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _ab_main(args: argparse.Namespace) -> int:
+    import functools
+
+    from ._ab import MECHANISMS, load_corpus, render, run_ab
+    from ._probe import prober_from_env
+
+    if _bad_jobs(args):
+        return 2
+    try:
+        corpus = load_corpus(args.corpus, args.labels)
+        prober = prober_from_env()
+    except RequestError as e:
+        print(f"aexec: {e}", file=sys.stderr)
+        return 2
+    ablate = list(MECHANISMS) if "all" in args.ablate else list(dict.fromkeys(args.ablate))
+    out_dir = args.out or os.path.join(os.path.dirname(corpus.path), "ab")
+    run = functools.partial(
+        run_ab,
+        corpus,
+        jobs=args.jobs,
+        ablate=ablate,
+        out_dir=out_dir,
+        prober=prober,
+        selection=args.selection,
+    )
+    try:
+        report = anyio.run(run)
+    except RequestError as e:
+        print(f"aexec: {e}", file=sys.stderr)
+        return 2
+    print(render(report))
+    print(f"\nwrote {os.path.join(out_dir, 'ab.json')}", file=sys.stderr)
+    return 1 if args.check and not report.wins else 0
+
+
+_COMMANDS = {"discriminate": _discriminate_main, "ab": _ab_main}

@@ -4,7 +4,8 @@ Exceptions are for misuse of the library; a candidate's failure is data and is r
 in its observation, never raised::
 
     AexecError
-    └── RequestError      a request that cannot be observed as written (names the field)
+    ├── RequestError      a request that cannot be observed as written (names the field)
+    └── ProbeCallError    the one probe call (spec §4) failed: transport, HTTP status, body
 """
 
 from __future__ import annotations
@@ -16,3 +17,10 @@ class AexecError(Exception):
 
 class RequestError(AexecError, ValueError):
     """A request is malformed: the message names the field and what is wrong with it."""
+
+
+class ProbeCallError(AexecError):
+    """The probe model could not be asked or did not answer; the message says which and why.
+
+    `discriminate` never raises it: a failed call means "no probe", never a second call.
+    """

@@ -140,6 +140,9 @@ class Flags:
     parse_uncertain: bool = False
     #: A passing suite was re-run in a fresh scratch root and the re-run agreed.
     reverified: bool = False
+    #: The run was lost with the machine it ran on (a Ray worker or node died) and was
+    #: run again elsewhere; this is the observation of the run that finished.
+    retried: bool = False
 
 
 @attrs.frozen

@@ -83,3 +83,8 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
     except (cattrs.BaseValidationError, ValueError, TypeError) as e:  # checked above; belt
         raise RequestError(str(e)) from None
     return attrs.evolve(cand, id=ident), ignored
+
+
+def to_json_data(record: Any) -> Any:
+    """Any aexec record (e.g. a `Discrimination`) → plain JSON data, by the same converter."""
+    return _converter.unstructure(record)
