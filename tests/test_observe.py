@@ -11,6 +11,7 @@ import structlog.testing
 
 import aexec
 from aexec import Candidate, Policy, RequestError, observe, observe_many
+from aexec._execute import detect_isolation
 from aexec._workspace import hash_tree
 
 from .conftest import diff
@@ -295,3 +296,18 @@ async def test_signal_deaths_are_seen_and_a_cpu_cap_kill_is_resource() -> None:
     cpu = await observe(Candidate("run_entry", "snippet", code=burn, policy=Policy(timeout_s=10)))
     assert not cpu.timed_out and cpu.duration < 5
     assert cpu.failure is not None and cpu.failure.failure_class == "resource"
+
+
+@pytest.mark.skipif(detect_isolation().cgroups is None, reason="no cgroup to measure a run's CPU use")
+async def test_sleeping_runs_do_not_hold_the_cores_busy_work_could_use() -> None:
+    cores = os.cpu_count() or 1
+    sleep = "import time\nprint(time.time())\ntime.sleep(6)\n"
+    busy = "import time\nprint(time.time())\n"
+    got = await observe_many(
+        [Candidate("run_entry", "snippet", code=sleep + f"# {i}") for i in range(cores)]
+        + [Candidate("run_entry", "snippet", code=busy)]
+    )
+    sleepers_started = max(float(o.stdout) for o in got[:cores])
+    # With one slot per core held for the whole sleep, the last run would start >= 6 s
+    # after the sleepers; it starts while they sleep instead.
+    assert float(got[-1].stdout) < sleepers_started + 5

@@ -25,7 +25,7 @@ from ._assemble import Head, Run, assemble, ran_tests, reconcile, refused, touch
 from ._cache import DiskCache, Inflight, cache_key
 from ._classify import Classification, Runner, check
 from ._errors import AexecError, RequestError
-from ._execute import Caps, Invocation, Isolation, detect_isolation, execute
+from ._execute import Admission, Caps, Invocation, Isolation, detect_isolation, execute
 from ._normalize import failures
 from ._parse import SNIPPET_NAME, parse
 from ._policy import declare, limits, with_scratch
@@ -54,6 +54,10 @@ from ._workspace import (
     sweep_stale_scratch,
     write_private,
 )
+
+#: Runs at once per core by default: a core's worth are busy, the rest may be waiting
+#: (sleeping, blocked, at a deadline) without holding a core (see `Admission`).
+WAITING_RUNS_PER_CORE = 4
 
 #: Inside the boundary these are the scratch root's tmp, not the host's.
 TMP_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -164,14 +168,16 @@ class _NoDedup(Inflight[_T]):
 class _Session:
     """What the candidates of one call share: process slots, caches, the boundary."""
 
-    def __init__(self, limit: int, cache_dir: str | None) -> None:
+    def __init__(self, limit: int, cache_dir: str | None, *, cpu_slots: int) -> None:
         self.disabled = _DISABLED.get()
         dedup = "cache" not in self.disabled
-        self.slots = anyio.CapacityLimiter(limit)
+        self.isolation: Isolation = detect_isolation()
+        self.slots = Admission(cpu_slots, limit, self.isolation.cgroups)
         self.cache = None if cache_dir is None or not dedup else DiskCache(cache_dir)
         self.observations: Inflight[ExecutionObservation] = Inflight() if dedup else _NoDedup()
         self.befores: Inflight[dict[str, TestVerdict]] = Inflight() if dedup else _NoDedup()
-        self.isolation: Isolation = detect_isolation()
+        #: A repo is hashed once per call, however many candidates share it.
+        self.repo_hashes: Inflight[str] = Inflight()
         self.runs = 0
         global _swept
         if not _swept:
@@ -303,7 +309,7 @@ async def _run_once(
             run=run_name,
             caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
         )
-        async with session.slots:
+        async with session.slots.slot(run_name):
             raw = await execute(invocation, session.isolation)
         evidence = parse(raw, runner, cwd=scratch.work, snippet=snippet)
         if evidence.box_failed:
@@ -343,7 +349,8 @@ async def _observe_one(
     blog.debug("classified", mode=classification.mode, runner=runner, probe_gated=classification.probe_gated)
     repo_hash = None
     if candidate.repo is not None:
-        repo_hash = await anyio.to_thread.run_sync(hash_tree, candidate.repo)
+        repo = candidate.repo
+        repo_hash, _ = await session.repo_hashes.run(repo, lambda: anyio.to_thread.run_sync(hash_tree, repo))
     version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
     declared = _serde.unstructure_env(env)
     command = {"runner": runner, "tests": candidate.tests, "pytest_args": list(PYTEST_ARGS)}
@@ -533,7 +540,9 @@ async def observe_many(
 ) -> list[ExecutionObservation]:
     """Observe many candidates concurrently; the results are in input order.
 
-    At most ``limit`` candidate processes run at once (default: the CPU count).
+    At most ``limit`` runs are under way at once (default: 4 per core), and of those at
+    most one per core while busy: a run that sleeps or waits gives its core to the next
+    (`aexec._execute.Admission`). An explicit ``limit`` below the core count caps both.
     Identical candidates (same code, environment and command) run once and share the
     observation, as do the FAIL_TO_PASS before-runs of candidates on one repo. With
     ``cache_dir``, observations persist across calls. ``on_observation(index, obs)`` is
@@ -560,10 +569,11 @@ async def observe_many(
             checked.append(validate(c))
         except RequestError as e:
             raise RequestError(f"candidate {i} ({c.id!r}): {e}") from None
-    slots = limit if limit is not None else (os.cpu_count() or 1)
+    cores = os.cpu_count() or 1
+    slots = limit if limit is not None else WAITING_RUNS_PER_CORE * cores
     if slots < 1:
         raise RequestError(f"limit must be >= 1, got {slots}")
-    session = _Session(slots, cache_dir)
+    session = _Session(slots, cache_dir, cpu_slots=cores)
     results: list[ExecutionObservation | None] = [None] * len(items)
     send, receive = anyio.create_memory_object_stream[int](max_buffer_size=len(items) or 1)
     for i in range(len(items)):

@@ -188,7 +188,12 @@ def _parser() -> argparse.ArgumentParser:
     o = sub.add_parser("observe", help="observe every request of a JSONL file")
     o.add_argument("cases", help="the requests, one JSON object per line")
     o.add_argument("-o", "--output", required=True, help="where the observations go (JSONL)")
-    o.add_argument("--jobs", type=int, default=None, help="candidate processes at once (default: CPU count)")
+    o.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs under way at once (default: 4 per core, one per core while busy)",
+    )
     g = o.add_mutually_exclusive_group()
     g.add_argument("--cache-dir", default=None, help=f"behavioural cache (default: {default_cache_dir()})")
     g.add_argument("--no-cache", action="store_true", help="observe everything afresh, store nothing")
@@ -244,7 +249,12 @@ def _more_commands(sub: Any) -> None:
     d.add_argument(
         "--property", default=None, help="the behaviour the suite leaves open (for the probe prompt)"
     )
-    d.add_argument("--jobs", type=int, default=None, help="candidate processes at once (default: CPU count)")
+    d.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs under way at once (default: 4 per core, one per core while busy)",
+    )
     g = d.add_mutually_exclusive_group()
     g.add_argument("--cache-dir", default=None, help=f"behavioural cache (default: {default_cache_dir()})")
     g.add_argument("--no-cache", action="store_true", help="observe everything afresh, store nothing")
@@ -265,7 +275,12 @@ def _more_commands(sub: Any) -> None:
     a.add_argument(
         "--out", default=None, help="where ab.json and the confusion PNGs go (default: CORPUS_DIR/ab)"
     )
-    a.add_argument("--jobs", type=int, default=None, help="candidate processes at once (default: CPU count)")
+    a.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs under way at once (default: 4 per core, one per core while busy)",
+    )
     a.add_argument("--check", action="store_true", help="exit 1 unless the pipeline wins")
     a.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
 

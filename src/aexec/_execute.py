@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,20 @@ class Cgroups:
             for pid in _pids(d):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+    def cpu_usage_s(self, run: str) -> float | None:
+        """CPU seconds the run's processes have used so far (cgroup v2 ``cpu.stat``)."""
+        if self.v2 is None:
+            return None
+        d = os.path.join(self.v2, os.path.basename(self.dirs(run)[0]))
+        try:
+            for line in Path(d, "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+        except (OSError, ValueError):
+            pass
+        return None
 
     def oom_killed(self, run: str) -> bool:
         for d in self.dirs(run):
@@ -347,6 +362,49 @@ def detect_isolation() -> Isolation:
             )
         _detected = Isolation(namespaces=ns, cgroups=cg)
     return _detected
+
+
+class Admission:
+    """How many runs may start: one CPU slot per core, and more for runs that wait.
+
+    A run holds a CPU slot while it is busy; one that has used less than half a core
+    over the last ``SAMPLE_S`` (sleeping, blocked, waiting for its deadline) gives its
+    slot to the next run, up to ``limit`` runs in all. Each run is held to its own core
+    cap by its cgroup, so a sleeper that wakes up shares cores for a while; it never
+    gets more than its cap. Without a cgroup to measure, every run counts as busy.
+    """
+
+    SAMPLE_S = 0.2
+    POLL_S = 0.02
+
+    def __init__(self, cpu_slots: int, limit: int, cgroups: Cgroups | None) -> None:
+        self.cpu_slots = max(1, min(cpu_slots, limit))
+        self.limit = limit
+        self.cgroups = cgroups
+        #: run -> (time of the last sample, CPU seconds then, busy?)
+        self._running: dict[str, tuple[float, float | None, bool]] = {}
+
+    def _busy(self, now: float) -> int:
+        busy = 0
+        for run, (then, used, was_busy) in list(self._running.items()):
+            if self.cgroups is not None and now - then >= self.SAMPLE_S:
+                got = self.cgroups.cpu_usage_s(run)
+                if got is not None and used is not None:
+                    was_busy = (got - used) / (now - then) >= 0.5
+                self._running[run] = (now, got, was_busy)
+            busy += was_busy
+        return busy
+
+    @contextlib.asynccontextmanager
+    async def slot(self, run: str) -> AsyncIterator[None]:
+        # Polled: a run's CPU use changes without any event to wait for.
+        while len(self._running) >= self.limit or self._busy(anyio.current_time()) >= self.cpu_slots:  # noqa: ASYNC110
+            await anyio.sleep(self.POLL_S)
+        self._running[run] = (anyio.current_time(), 0.0, True)  # starting up is CPU work
+        try:
+            yield
+        finally:
+            del self._running[run]
 
 
 @attrs.frozen
