@@ -32,7 +32,8 @@ MISS):
    concurrency limit (1, 2, 4, 8, 16), for aexec and both naive runners; a PNG
    (matplotlib, Agg) goes to ``docs/throughput.png``.
 
-``--quick`` is a smoke version (a corpus subset, small N; under 2 minutes on 2 cores)
+The exit status is 0 whatever PASS/MISS says, 1 when a figure could not be measured
+(an ERROR row). ``--quick`` is a smoke version (a corpus subset, small N; under 2 minutes on 2 cores)
 whose figures are not the issue's; its PNG goes to ``benchmarks/.work/`` unless ``--png``
 says otherwise. ``--json OUT`` writes every figure. ``--only 1,3`` runs some figures only.
 The load average is recorded around every figure: on a shared machine the figures are
@@ -433,6 +434,12 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         log(f"aexec cold: {cold['wall_s']:.1f}s rc={cold['rc']}")
         warm = aexec_cli(cmd, cases_path, Path(td) / "warm.jsonl", cache)
         log(f"aexec warm: {warm['wall_s']:.2f}s rc={warm['rc']}")
+    for name, run in (("cold", cold), ("warm", warm)):
+        if len(run["observations"]) != n:  # not a slow aexec: no measurement at all
+            raise RuntimeError(
+                f"aexec observe ({name}) wrote {len(run['observations'])} of {n} observations, "
+                f"rc={run['rc']}: {run['stderr_tail'][-200:]}"
+            )
     obs = cold["observations"]
     for o in [*obs, *warm["observations"]]:
         if o.get("verdict") == "error":
@@ -965,7 +972,7 @@ def plot(fig: dict[str, Any], path: Path) -> str | None:
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.legend()
-    f.suptitle(f"aexec throughput, trivial snippets, {CORES} cores (load {fig['load_before']:.2f} at start)")
+    f.suptitle(f"aexec vs naive runners: distinct trivial snippets, {CORES} cores")
     f.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     f.savefig(path, dpi=110)
@@ -1074,7 +1081,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         print(f"wrote {args.json}")
-    return 0
+    # A MISS is a measurement; a figure that crashed is not: exit 1 so CI sees it.
+    return 1 if any(g["status"].startswith("ERROR") for g in rep.goals) else 0
 
 
 if __name__ == "__main__":
