@@ -194,3 +194,32 @@ def test_interruption_kills_candidates_and_a_rerun_finishes_the_rest(tmp_path: P
     assert [(o["id"], o["cache_hit"]) for o in lines] == [("quick", True), ("hang", False)], again.stderr
     assert lines[1]["failure"]["failure_class"] == "timeout"
     assert live_pids_with(marker) == []
+
+
+def test_an_interpreter_is_probed_once_per_call_and_once_per_change_with_a_cache(tmp_path: Path) -> None:
+    # A wrapper interpreter that logs its probes (``python -s -c PROBE``) and execs ours.
+    calls = tmp_path / "calls.log"
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\n[ "$2" = -c ] && echo probe >> {calls}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    cases = tmp_path / "cases.jsonl"
+    rows = [
+        {"request_type": "run_entry", "artifact_shape": "snippet", "code": f"print({i})"} for i in range(6)
+    ]
+    cases.write_text("".join(json.dumps({**r, "python": str(python)}) + "\n" for r in rows))
+
+    def probes_of_a_run(*extra: str) -> int:
+        before = calls.read_text().count("probe") if calls.exists() else 0
+        done = run("observe", str(cases), "-o", str(tmp_path / "obs.jsonl"), *extra)
+        assert done.returncode == 0, done.stderr
+        assert [o["stdout"] for o in lines(tmp_path / "obs.jsonl")] == [f"{i}\n" for i in range(6)]
+        return calls.read_text().count("probe") - before
+
+    assert probes_of_a_run("--no-cache") == 1  # six candidates, one probe
+    cache = ("--cache-dir", str(tmp_path / "cache"))
+    assert probes_of_a_run(*cache) == 1
+    assert probes_of_a_run(*cache) == 0  # the probe's answer came from the cache
+    time.sleep(0.01)
+    python.write_text(python.read_text())  # the interpreter changed: its answer may have
+    assert probes_of_a_run(*cache) == 1

@@ -482,3 +482,49 @@ async def test_many_concurrent_runs_do_not_trip_over_each_others_scratch() -> No
     results = await observe_many([snippet(f"print({i})") for i in range(40)], limit=8)
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(40)]
     assert {r.verdict for r in results} == {"empty_success"}
+
+
+@full_boundary
+async def test_a_run_cannot_read_a_sibling_runs_scratch(
+    host_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Scratch roots outside /tmp (a TMPDIR elsewhere) are not covered by the scratch
+    # tmp: each view detaches the other runs' roots, so only their empty mount points show.
+    # (Under a directory others cannot traverse, the mask hides even their names.)
+    host_dir.chmod(0o755)  # traversable, so the siblings' names are visible to a run
+    base = host_dir / "scratch"
+    base.mkdir()
+    monkeypatch.setenv("TMPDIR", str(base))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    owner = snippet("import time; open('secret.txt', 'w').write('s3cret'); time.sleep(4)")
+    reader = snippet(
+        "import os, time\n"
+        "root = os.path.dirname(os.getcwd()); base = os.path.dirname(root)\n"
+        "seen, read = set(), []\n"
+        "for _ in range(60):\n"
+        "    for name in os.listdir(base):\n"
+        "        sib = os.path.join(base, name)\n"
+        "        if name.startswith('aexec-') and sib != root:\n"
+        "            seen.add(name)\n"
+        "            try: read.append(open(os.path.join(sib, 'work', 'secret.txt')).read())\n"
+        "            except OSError: pass\n"
+        "    time.sleep(0.05)\n"
+        "print(len(seen), sorted(set(read)))\n"
+    )
+    _, got = await observe_many([owner, reader])
+    seen, read = got.stdout.split(" ", 1)
+    assert int(seen) >= 1, got.stdout  # the sibling was there to be read
+    assert read.strip() == "[]", got.stdout
+
+
+@full_boundary
+async def test_a_scratch_base_others_cannot_traverse_still_works(
+    host_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # host_dir is 0700 (mkdtemp): the run's uid reaches its scratch root through a mask.
+    assert host_dir.stat().st_mode & 0o001 == 0
+    monkeypatch.setenv("TMPDIR", str(host_dir))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    obs = await observe(snippet("import os; print(sorted(os.listdir('..')))"))
+    assert obs.verdict == "empty_success", obs.failure
+    assert obs.stdout.strip() == "['.aexec', 'home', 'tmp', 'work']"

@@ -34,6 +34,7 @@ from ._types import TestVerdict
 from ._workspace import (
     DRIVER,
     PYTEST_CONFIGS,
+    SCRATCH_PREFIX,
     PatchError,
     Scratch,
     apply_patch,
@@ -96,35 +97,80 @@ class _Toolchain:
     fingerprint: str
     #: What the interpreter reads: made reachable to the run's uid inside the boundary.
     paths: tuple[str, ...]
+    #: `_stamp` of the interpreter and ``paths`` when probed: the answer holds while equal.
+    stamp: list[list[int]]
 
 
-_toolchains: dict[tuple[str, int], _Toolchain] = {}
+_toolchains: dict[str, _Toolchain] = {}
 
 
-async def _toolchain(python: str) -> _Toolchain:
-    """The interpreter's version and installed distributions (part of the cache key)."""
+def _stamp(paths: Iterable[str]) -> list[list[int]]:
+    """What a probe's answer rests on: (mtime, size) of the interpreter and its import dirs.
+
+    Installing or removing a distribution changes its site directory's mtime.
+    """
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append([st.st_mtime_ns, st.st_size])
+        except OSError:
+            out.append([-1, -1])
+    return out
+
+
+async def _toolchain(python: str, session: _Session) -> _Toolchain:
+    """The interpreter's version and installed distributions (part of the cache key).
+
+    Probed once per call (``session.toolchains``) and, with a cache dir, once until the
+    interpreter or one of its import dirs changes.
+    """
     try:
-        stamp = os.stat(python).st_mtime_ns
+        os.stat(python)
     except OSError as e:
         raise RequestError(f"python: {python!r} does not exist") from e
-    got = _toolchains.get((python, stamp))
-    if got is None:
-        with anyio.fail_after(PROBE_TIMEOUT_S):
-            done = await anyio.run_process(
-                [python, "-s", "-c", _PROBE],
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                check=False,
-            )
-        try:
-            info = json.loads(done.stdout)
-            got = _Toolchain(
-                python, str(info["version"]), str(info["fingerprint"]), tuple(map(str, info["paths"]))
-            )
-        except (ValueError, KeyError, TypeError):
-            msg = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
-            raise RequestError(f"python: {python!r} is not a usable interpreter ({msg[0]})") from None
-        _toolchains[(python, stamp)] = got
-    return got
+    disk_key = cache_key(role="toolchain", python=python, aexec=VERSION)
+
+    async def probe() -> _Toolchain:
+        known = _toolchains.get(python)
+        if known is not None and known.stamp == _stamp([python, *known.paths]):
+            return known
+        if session.cache is not None:
+            hit: Any = session.cache.get(disk_key)
+            try:
+                tool = _Toolchain(**{**hit, "paths": tuple(hit["paths"])})
+            except (TypeError, KeyError):
+                pass  # no entry, or a foreign one: probe afresh
+            else:
+                if tool.stamp == _stamp([python, *tool.paths]):
+                    _toolchains[python] = tool
+                    return tool
+        tool = await _probe_toolchain(python)
+        _toolchains[python] = tool
+        if session.cache is not None:
+            session.cache.put(disk_key, attrs.asdict(tool))
+        return tool
+
+    tool, _ = await session.toolchains.run(python, probe)
+    return tool
+
+
+async def _probe_toolchain(python: str) -> _Toolchain:
+    with anyio.fail_after(PROBE_TIMEOUT_S):
+        done = await anyio.run_process(
+            [python, "-s", "-c", _PROBE],
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            check=False,
+        )
+    try:
+        info = json.loads(done.stdout)
+        paths = tuple(map(str, info["paths"]))
+        return _Toolchain(
+            python, str(info["version"]), str(info["fingerprint"]), paths, _stamp([python, *paths])
+        )
+    except (ValueError, KeyError, TypeError):
+        msg = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
+        raise RequestError(f"python: {python!r} is not a usable interpreter ({msg[0]})") from None
 
 
 def _resolve_python(python: str | None) -> str:
@@ -178,6 +224,8 @@ class _Session:
         self.befores: Inflight[dict[str, TestVerdict]] = Inflight() if dedup else _NoDedup()
         #: A repo is hashed once per call, however many candidates share it.
         self.repo_hashes: Inflight[str] = Inflight()
+        #: An interpreter is probed once per call (and once per change, with a cache).
+        self.toolchains: Inflight[_Toolchain] = Inflight()
         self.runs = 0
         global _swept
         if not _swept:
@@ -277,10 +325,11 @@ async def _run_once(
                 "uid": uid,
                 "gid": uid,
                 "scratch_root": scratch.root,
+                "sibling_prefix": os.path.join(os.path.dirname(scratch.root), SCRATCH_PREFIX),
                 "writable": [scratch.work, scratch.home, scratch.tmp, report],
                 "tmp": scratch.tmp,
                 "tmp_targets": list(TMP_TARGETS),
-                "masks": masks(needed, scratch.private),
+                "masks": masks(needed),
                 # covered by the scratch tmp inside: bound back in place by the driver
                 "keep": [p for p in covered if not _under(p, covered)],
             }
@@ -335,7 +384,7 @@ async def _observe_one(
 ) -> ExecutionObservation:
     blog = log.bind(candidate=candidate.id)
     python = _resolve_python(candidate.python)
-    tool = await _toolchain(python)
+    tool = await _toolchain(python, session)
     env = declare(
         classification.mode,
         candidate.policy,

@@ -27,6 +27,7 @@ import json
 import os
 import resource
 import signal
+import stat
 import sys
 import traceback
 from typing import Any
@@ -83,6 +84,7 @@ CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
+MNT_DETACH = 0x2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 #: The exit status of a run whose boundary could not be built; nothing of it ran.
 BOX_FAILED = 125
@@ -143,6 +145,10 @@ def mounts() -> list[tuple[str, int]]:
     return found
 
 
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
 def _bind(source: str, target: str, *, readonly: bool) -> None:
     mount(source, target, None, MS_BIND | MS_REC)
     extra = MS_RDONLY if readonly else 0
@@ -152,23 +158,33 @@ def _bind(source: str, target: str, *, readonly: bool) -> None:
 def build_view(box: dict[str, Any]) -> None:
     """In the new mount namespace: the whole host read-only, the scratch dirs writable."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # Other runs' scratch roots (siblings under the same base) leave this view: the
+    # candidate cannot read them, and their coming and going cannot race what follows.
+    own, siblings = box["scratch_root"], box["sibling_prefix"]
+    for point, _ in mounts():
+        if point.startswith(siblings) and not _under(point, own):
+            _libc.umount2(os.fsencode(point), MNT_DETACH)  # fails only if already gone
     # Held open: binding /tmp may cover these paths (the scratch root, an interpreter).
     keep = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in box["keep"]}
     tmp = os.open(box["tmp"], os.O_PATH | os.O_DIRECTORY)
     # A /proc of the new PID namespace: the host's processes are not even visible.
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # Directories others cannot traverse (e.g. /root holding the interpreter) are
-    # replaced by a view holding only what the candidate needs from them.
-    for hidden, mask, needed in box["masks"]:
-        for path in needed:
-            inside = os.path.join(mask, os.path.relpath(path, hidden))
-            if os.path.isdir(path):
-                os.makedirs(inside, mode=0o755, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(inside), mode=0o755, exist_ok=True)
-                open(inside, "a").close()
-            mount(path, inside, None, MS_BIND | MS_REC)
-        mount(mask, hidden, None, MS_BIND | MS_REC)
+    # covered by a fresh tmpfs holding only what the candidate needs from them, bound
+    # back through fds opened before the cover (the scratch root may be among them).
+    for hidden, needed in box["masks"]:
+        held = {path: os.open(path, os.O_PATH) for path in needed}
+        mount("aexec-mask", hidden, "tmpfs", MS_NOSUID | MS_NODEV)
+        os.chmod(hidden, 0o755)
+        for path, fd in sorted(held.items()):
+            if not any(_under(path, p) for p in needed if p != path):
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    os.makedirs(path, mode=0o755, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                    open(path, "a").close()
+                mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            os.close(fd)
     for point, flags in mounts():
         try:
             mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)

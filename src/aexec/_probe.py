@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
-import httpx
 
 from ._errors import ProbeCallError, RequestError
 
@@ -220,6 +219,8 @@ class OpenAIProber:
             "response_format": {"type": "json_object"},
         }
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        import httpx  # here: most runs never call a model, and httpx costs ~80 ms to import
+
         try:
             async with httpx.AsyncClient(timeout=self.timeout_s) as client:
                 resp = await client.post(self.url, json=body, headers=headers)

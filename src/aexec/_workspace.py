@@ -146,11 +146,11 @@ def sweep_stale_scratch() -> None:
         remove_scratch(Scratch(os.path.join(base, name)))
 
 
-def masks(needed: Iterable[str], mask_dir: str) -> list[list[Any]]:
+def masks(needed: Iterable[str]) -> list[list[Any]]:
     """Directories others cannot traverse on the way to what a run needs, for the driver.
 
-    Each is ``[hidden_dir, mask, [needed paths under it]]``: inside the boundary the
-    hidden directory is replaced by ``mask``, holding only the needed paths (the
+    Each is ``[hidden_dir, [needed paths under it]]``: inside the boundary the hidden
+    directory is covered by an empty tmpfs holding only the needed paths (the
     interpreter in ``/root/.pyenv``, say), so the run's unprivileged uid reaches them
     and nothing else of it.
     """
@@ -166,12 +166,7 @@ def masks(needed: Iterable[str], mask_dir: str) -> list[list[Any]]:
             if not mode & 0o001:
                 found.setdefault(ancestor, []).append(path)
                 break
-    out: list[list[Any]] = []
-    for i, (hidden, paths) in enumerate(sorted(found.items())):
-        mask = os.path.join(mask_dir, f"mask{i}")
-        os.makedirs(mask, mode=0o755)
-        out.append([hidden, mask, paths])
-    return out
+    return [[hidden, paths] for hidden, paths in sorted(found.items())]
 
 
 def write_private(scratch: Scratch, name: str, text: str) -> str:
