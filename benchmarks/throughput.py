@@ -381,11 +381,13 @@ def corpus_file(corpus: Path, quick: bool) -> tuple[Path, list[dict]]:
     return cases_path, cases
 
 
-def aexec_cli(cmd: list[str], cases_path: Path, out: Path, cache_dir: Path) -> dict:
+def aexec_cli(
+    cmd: list[str], cases_path: Path, out: Path, cache_dir: Path, env: dict[str, str] | None = None
+) -> dict:
     argv = [*cmd, "observe", str(cases_path), "-o", str(out), "--cache-dir", str(cache_dir)]
     log("$ " + shlex.join(argv))
     t0 = time.perf_counter()
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
     wall = time.perf_counter() - t0
     obs = [json.loads(ln) for ln in out.read_text().splitlines() if ln.strip()] if out.exists() else []
     return {"wall_s": wall, "rc": r.returncode, "stderr_tail": r.stderr[-600:], "observations": obs}
@@ -434,7 +436,13 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         log(f"aexec cold: {cold['wall_s']:.1f}s rc={cold['rc']}")
         warm = aexec_cli(cmd, cases_path, Path(td) / "warm.jsonl", cache)
         log(f"aexec warm: {warm['wall_s']:.2f}s rc={warm['rc']}")
-    for name, run in (("cold", cold), ("warm", warm)):
+        # The fork-server lever: the same cold run, every run a fresh interpreter.
+        no_fs = dict(os.environ, AEXEC_NO_FORKSERVER="1")
+        unforked, meters["aexec observe, no fork server"] = metered(
+            lambda: aexec_cli(cmd, cases_path, Path(td) / "unforked.jsonl", Path(td) / "cache2", no_fs)
+        )
+        log(f"aexec cold, no fork server: {unforked['wall_s']:.1f}s rc={unforked['rc']}")
+    for name, run in (("cold", cold), ("warm", warm), ("no fork server", unforked)):
         if len(run["observations"]) != n:  # not a slow aexec: no measurement at all
             raise RuntimeError(
                 f"aexec observe ({name}) wrote {len(run['observations'])} of {n} observations, "
@@ -452,6 +460,14 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
     same_warm = sum(
         1 for a, b in zip(obs, warm["observations"], strict=False) if behaviour(a) == behaviour(b)
     )
+    same_unforked = sum(
+        1 for a, b in zip(obs, unforked["observations"], strict=False) if behaviour(a) == behaviour(b)
+    )
+    differing = [
+        a.get("id")
+        for a, b in zip(obs, unforked["observations"], strict=False)
+        if behaviour(a) != behaviour(b)
+    ]
     warm_hits = sum(1 for o in warm["observations"] if o.get("cache_hit"))
     procs = processes_run(cases, obs)
     fig["aexec_cold"] = {
@@ -463,6 +479,12 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         "processes_derived": procs,
         "reverified": sum(bool((o.get("flags") or {}).get("reverified")) for o in obs),
         "stderr_tail": cold["stderr_tail"] if cold["rc"] else "",
+    }
+    fig["aexec_no_forkserver"] = {
+        "wall_s": unforked["wall_s"],
+        "rc": unforked["rc"],
+        "same_as_forked": same_unforked,
+        "differing": differing,
     }
     fig["aexec_warm"] = {
         "wall_s": warm["wall_s"],
@@ -501,6 +523,7 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
     print(f"    {'runner':<44}{'wall s':>9}{'cases/s':>9}{'vs aexec':>10}{'others CPU':>12}")
     rows = [
         ("aexec observe (fresh --cache-dir)", a),
+        ("aexec observe, no fork server", unforked["wall_s"]),
         ("naive sequential", seq_wall),
         (f"naive concurrent ({CORES} threads)", conc_wall),
     ]
@@ -515,6 +538,10 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         f"    aexec ran ≈{procs} processes for {n} cases (before-runs, {fig['aexec_cold']['reverified']} "
         f"confirming re-runs), the naive runners {n}; aexec agrees with the labels on {agree}/{n}, "
         f"errors: {fig['aexec_cold']['errors']}"
+    )
+    print(
+        f"    fork server: the same behaviour without it on {same_unforked}/{n}"
+        + (f" (differing: {', '.join(map(str, differing))})" if differing else "")
     )
     print(
         f"\n[2] warm cache: {warm['wall_s']:.2f}s, {warm_hits}/{n} cache hits, {same_warm}/{n} same as cold"
@@ -536,6 +563,14 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         conc_wall / a,
         "x",
         ok_run and conc_wall / a >= 1.0,
+    )
+    rep.goal(
+        "1",
+        "fork server: same behaviour as fresh interpreters",
+        f"= {n}/{n}",
+        same_unforked,
+        f"/{n}",
+        same_unforked == n,
     )
     ok_warm = len(warm["observations"]) == n and warm_hits == n and same_warm == n
     rep.goal(

@@ -2,14 +2,15 @@
 
 The levers ``observe_many`` has (``aexec._api``): the on-disk behavioural cache
 (``DiskCache``), in-process single-flight (``Inflight``) of identical candidates, of the
-shared FAIL_TO_PASS before-run and of repo hashes, and concurrency (``limit`` and the
-admission of runs that wait). Whatever the levers are, they live behind one call.
+shared FAIL_TO_PASS before-run and of repo hashes, concurrency (``limit`` and the
+admission of runs that wait), and the warm fork server (``AEXEC_NO_FORKSERVER=1``
+turns it off). Whatever the levers are, they live behind one call.
 A small labelled set — passes with FAIL_TO_PASS, failures of several classes, a
 tampering patch, an empty selection, snippets, a timeout, and identical candidates —
 is observed:
 
 * **off**: every candidate in a call of its own (no dedup, no shared before-run),
-  ``limit=1``, no cache;
+  ``limit=1``, no cache, a fresh interpreter per run;
 * **on**: all in one call, ``limit=8``, a fresh cache dir (cold), then the same call
   again on that cache (warm, served from disk), on both anyio backends;
 
@@ -111,18 +112,19 @@ def comparable(obs: ExecutionObservation) -> dict[str, Any]:
 
 def observe_counting(
     monkeypatch: pytest.MonkeyPatch, calls: list[list[Candidate]], backend: str, **kw: Any
-) -> tuple[list[ExecutionObservation], int]:
-    """Run ``observe_many`` once per list in ``calls``; return the observations in order and
-    how many candidate processes were spawned."""
+) -> tuple[list[ExecutionObservation], int, int]:
+    """Run ``observe_many`` once per list in ``calls``; return the observations in order,
+    how many candidate processes were spawned, and how many of them by a fork server."""
     import aexec._api as api
 
-    runs = 0
+    runs = served = 0
     real = api.execute
 
-    async def counting(*args: Any) -> Any:
-        nonlocal runs
+    async def counting(invocation: Any, *args: Any) -> Any:
+        nonlocal runs, served
         runs += 1
-        return await real(*args)
+        served += invocation.server is not None
+        return await real(invocation, *args)
 
     monkeypatch.setattr(api, "execute", counting)
 
@@ -136,7 +138,7 @@ def observe_counting(
         got = anyio.run(go, backend=backend)
     finally:
         monkeypatch.setattr(api, "execute", real)
-    return got, runs
+    return got, runs, served
 
 
 def test_observations_are_the_same_with_and_without_every_lever(
@@ -145,8 +147,12 @@ def test_observations_are_the_same_with_and_without_every_lever(
     cases = labelled_set(shop, make_repo)
     cands = [c for c, _ in cases]
 
-    # levers off: one call per candidate (no dedup, no shared before-run), one slot, no cache
-    off, off_runs = observe_counting(monkeypatch, [[c] for c in cands], "asyncio", limit=1)
+    # levers off: one call per candidate (no dedup, no shared before-run), one slot, no
+    # cache, every run a fresh interpreter (no fork server)
+    monkeypatch.setenv("AEXEC_NO_FORKSERVER", "1")
+    off, off_runs, off_served = observe_counting(monkeypatch, [[c] for c in cands], "asyncio", limit=1)
+    monkeypatch.delenv("AEXEC_NO_FORKSERVER")
+    assert off_served == 0
     assert [(o.verdict, o.failure.failure_class if o.failure else None) for o in off] == [
         label for _, label in cases
     ], "the levers-off run does not match the labels"
@@ -155,10 +161,11 @@ def test_observations_are_the_same_with_and_without_every_lever(
 
     for backend in ("asyncio", "trio"):
         cache = str(tmp_path / f"cache-{backend}")
-        cold, cold_runs = observe_counting(monkeypatch, [cands], backend, limit=8, cache_dir=cache)
-        warm, warm_runs = observe_counting(monkeypatch, [cands], backend, limit=8, cache_dir=cache)
-        # the levers were really pulled: fewer processes cold, none warm
+        cold, cold_runs, served = observe_counting(monkeypatch, [cands], backend, limit=8, cache_dir=cache)
+        warm, warm_runs, _ = observe_counting(monkeypatch, [cands], backend, limit=8, cache_dir=cache)
+        # the levers were really pulled: fewer processes cold, forked warm, none warm-cached
         assert cold_runs < off_runs, (backend, cold_runs, off_runs)
+        assert served == cold_runs, (backend, served, cold_runs)
         assert warm_runs == 0 and all(o.cache_hit for o in warm), backend
         assert [o.id for o in cold] == [o.id for o in warm] == [c.id for c in cands]
         for name, got in (("cold", cold), ("warm", warm)):

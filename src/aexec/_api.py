@@ -7,10 +7,12 @@ confirming re-run of a passing suite.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
@@ -26,6 +28,7 @@ from ._cache import DiskCache, Inflight, cache_key
 from ._classify import Classification, Runner, check
 from ._errors import AexecError, RequestError
 from ._execute import Admission, Caps, Invocation, Isolation, detect_isolation, execute
+from ._forkserver import PER_RUN_ENV, ForkServer, ServerGone
 from ._normalize import failures
 from ._parse import SNIPPET_NAME, parse
 from ._policy import declare, limits, with_scratch
@@ -226,11 +229,57 @@ class _Session:
         self.repo_hashes: Inflight[str] = Inflight()
         #: An interpreter is probed once per call (and once per change, with a cache).
         self.toolchains: Inflight[_Toolchain] = Inflight()
+        #: Warm fork servers (see `_server`); none with AEXEC_NO_FORKSERVER=1, when every
+        #: run starts a fresh interpreter.
+        self.warm = os.environ.get("AEXEC_NO_FORKSERVER") != "1"
+        self._servers: Inflight[ForkServer | None] = Inflight()
         self.runs = 0
         global _swept
         if not _swept:
             _swept = True
             sweep_stale_scratch()
+
+    async def server(self, tool: _Toolchain, mode: str, env: Mapping[str, str]) -> ForkServer | None:
+        """The warm server for runs like this one, started on first use; None if it cannot be.
+
+        Servers outlive the call (one per interpreter, its distributions, mode, start-up
+        environment and thread, for the life of this process), so that a harness calling
+        `observe` once per candidate gets them too; one that died is started afresh. The
+        thread is part of the key because a server dies with the thread that started it
+        (PR_SET_PDEATHSIG).
+        """
+        if not self.warm:
+            return None
+        static = sorted((k, v) for k, v in env.items() if k not in PER_RUN_ENV)
+        key = json.dumps([tool.path, tool.fingerprint, mode, static, threading.get_ident()])
+        running = _servers.get(key)
+        if running is not None and running.alive:
+            return running
+
+        async def start() -> ForkServer | None:
+            try:
+                server = await ForkServer.start(tool.path, DRIVER, mode, env)
+            except ServerGone as e:
+                log.warning("forkserver_unavailable", python=tool.path, mode=mode, error=str(e))
+                return None
+            stale = _servers.pop(key, None)
+            _servers[key] = server
+            if stale is not None:
+                await stale.aclose()
+            return server
+
+        server, _ = await self._servers.run(key, start)
+        return server if server is not None and server.alive else None
+
+
+#: The fork servers of this process, by what they serve (see `_Session.server`).
+_servers: dict[str, ForkServer] = {}
+
+
+@atexit.register
+def _stop_servers() -> None:
+    for server in _servers.values():
+        server.close()
 
 
 _swept = False
@@ -312,6 +361,10 @@ async def _run_once(
             "RLIMIT_NOFILE": lim.open_files,
             "RLIMIT_CORE": 0,
         }
+        run_env = candidate_env(scratch, tool.path)
+        server = await session.server(tool, "pytest" if runner == "pytest" else "bare", run_env)
+        if server is not None and not server.serves(roots):
+            server = None  # the repo shadows a module the server has imported: go cold
         box_spec = None
         if box:
             uid = run_uid()
@@ -321,7 +374,7 @@ async def _run_once(
             covered = [p for p in (scratch.root, *tool.paths) if _under(p, TMP_TARGETS)]
             needed = [p for p in (scratch.root, *tool.paths) if p not in covered]
             box_spec = {
-                "supervisor_pid": os.getpid(),
+                "supervisor_pids": [os.getpid(), *([server.pid] if server else [])],
                 "uid": uid,
                 "gid": uid,
                 "scratch_root": scratch.root,
@@ -352,11 +405,12 @@ async def _run_once(
         invocation = Invocation(
             argv=(tool.path, "-s", DRIVER, spec_path),
             cwd=scratch.work,
-            env=candidate_env(scratch, tool.path),
+            env=run_env,
             timeout_s=env.timeout_s,
             report_path=report,
             run=run_name,
             caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
+            server=server,
         )
         async with session.slots.slot(run_name):
             raw = await execute(invocation, session.isolation)
@@ -606,6 +660,9 @@ async def observe_many(
 
     With an ``executor`` the candidates are observed there instead (each by this same
     local pipeline, wherever it runs).
+
+    Runs are forked from warm interpreters (``aexec._forkserver``) that outlive the call
+    and serve later ones; ``AEXEC_NO_FORKSERVER=1`` starts each run cold instead.
     """
     if executor is not None:
         return await executor.observe_many(

@@ -18,10 +18,18 @@ With a ``box`` in the spec (root, namespaces available) it runs as three process
 
 When init dies, the kernel kills everything left in its PID namespace. Any step of the
 boundary that fails aborts the run (exit 125) rather than run it with less.
+
+``python -s _driver.py --serve MODE SUPERVISOR_PID FD`` is the fork server
+(``aexec._forkserver``): one warm interpreter (``MODE`` ``pytest``: pytest and its
+built-in plugins already imported; ``bare``: only this file's imports) that forks the
+outer process of each run on request. The forked child sets up exactly what a fresh
+``python -s _driver.py SPEC`` would have (fds 0-2, session, cwd, environment, argv) and
+goes on as ``main()`` — same boundary, same code; only the start-up is skipped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -402,6 +410,8 @@ def box_failed(error: BoxError) -> None:
 
 def main() -> None:
     """Build the boundary, then be the run's init (see the module docstring)."""
+    if sys.argv[1] == "--serve":
+        sys.argv[1:] = [serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))]
     with open(sys.argv[1], encoding="utf-8") as f:
         spec = json.load(f)
     box = spec.get("box")
@@ -409,7 +419,7 @@ def main() -> None:
         if box:
             # Die with aexec, even if it is SIGKILLed; if it already died, do nothing.
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != box["supervisor_pid"]:
+            if os.getppid() not in box["supervisor_pids"]:  # aexec, or its fork server
                 os._exit(BOX_FAILED)
         enter_cgroups(spec["cgroups"])
         if box:
@@ -459,6 +469,109 @@ def be_init(spec: dict[str, Any]) -> None:
         report.write("main", exit=code, signal=None)
     report.write("usage", cpu_s=rusage.ru_utime + rusage.ru_stime, maxrss_kib=rusage.ru_maxrss)
     os._exit(code)
+
+
+def preload_pytest() -> None:
+    import importlib
+
+    import _pytest.config
+
+    for name in _pytest.config.default_plugins:
+        if name != "cacheprovider":  # runs disable it: a cold run never imports it
+            importlib.import_module(f"_pytest.{name}")
+
+
+def serve(mode: str, supervisor_pid: int, fd: int) -> str:
+    """Fork a run's outer process per request; returns only in a child, with its spec.
+
+    A request is one datagram ``{"spec", "cwd", "env"}`` on the control socket carrying
+    three fds: the reply socket, the run's stdout and stderr. The reply socket gets
+    ``{"pid"}`` at once and ``{"status"}`` (the raw wait status) when the child is reaped.
+    The server exits when aexec closes the control socket or dies (PR_SET_PDEATHSIG).
+    """
+    import gc
+    import selectors
+    import socket
+
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    ctrl = socket.socket(fileno=fd)
+    if os.getppid() != supervisor_pid:
+        os._exit(BOX_FAILED)
+    try:
+        # What a cold driver imports anyway before the candidate's code runs.
+        import runpy  # noqa: F401
+        import subprocess  # noqa: F401
+
+        if mode == "pytest":
+            preload_pytest()
+    except BaseException as e:
+        ctrl.send(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}).encode())
+        os._exit(1)
+    ctrl.send(json.dumps({"ok": True, "modules": sorted({m.split(".")[0] for m in sys.modules})}).encode())
+    # Out of the collector's sight: a forked run does not write (copy) every page of
+    # the server's objects when it collects, at exit above all.
+    gc.freeze()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(ctrl, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    replies: dict[int, socket.socket] = {}
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is ctrl:
+                msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 20, 3)
+                if not msg:
+                    os._exit(0)  # aexec is done or gone
+                request = json.loads(msg)
+                reply, out, err = fds
+                pid = os.fork()
+                if pid == 0:
+                    # Nothing of the server survives into the run: its sockets are
+                    # detached (not closed later by the GC, on fds the run may reuse).
+                    for sock in (ctrl, *replies.values()):
+                        sock.detach()
+                    sel.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    become(request, out, err)
+                    return str(request["spec"])
+                os.close(out)
+                os.close(err)
+                replies[pid] = socket.socket(fileno=reply)
+                with contextlib.suppress(OSError):
+                    replies[pid].send(json.dumps({"pid": pid}).encode())
+            else:
+                with contextlib.suppress(OSError):
+                    os.read(wake_r, 4096)
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    sock = replies.pop(pid)
+                    with contextlib.suppress(OSError):
+                        sock.send(json.dumps({"status": status}).encode())
+                    sock.close()
+
+
+def become(request: dict[str, Any], out: int, err: int) -> None:
+    """What a fresh ``Popen(argv, stdin=DEVNULL, cwd, env, start_new_session)`` gives."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None  # type: ignore[attr-defined]  # read from TMPDIR afresh
 
 
 if __name__ == "__main__":

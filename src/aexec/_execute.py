@@ -37,6 +37,7 @@ import anyio.abc
 import attrs
 import structlog
 
+from ._forkserver import ForkServer, ServerGone
 from ._records import RawRun
 from ._types import STREAM_CAP_BYTES, TRUNCATION_MARKER
 
@@ -417,6 +418,9 @@ class Invocation:
     #: The run's name, unique in this process: names its cgroups.
     run: str = "run"
     caps: Caps | None = None
+    #: Fork the driver from this warm server (``argv`` is then ``python -s DRIVER SPEC``);
+    #: if it is gone, the run starts cold.
+    server: ForkServer | None = None
 
 
 class _Sink:
@@ -551,9 +555,13 @@ async def execute(inv: Invocation, isolation: Isolation) -> RawRun:
                 await anyio.to_thread.run_sync(cgroups.remove, inv.run)
 
 
-async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
-    start = anyio.current_time()
-    proc = await anyio.open_process(
+async def _spawn(inv: Invocation) -> anyio.abc.Process:
+    if inv.server is not None and inv.server.alive:
+        try:
+            return await inv.server.spawn(inv.argv, inv.cwd, inv.env)
+        except ServerGone as e:
+            log.warning("forkserver_gone", run=inv.run, error=str(e))
+    return await anyio.open_process(
         inv.argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -562,6 +570,11 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
         env=inv.env,
         start_new_session=True,
     )
+
+
+async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
+    start = anyio.current_time()
+    proc = await _spawn(inv)
     out, err = _Sink("stdout"), _Sink("stderr")
     timed_out = False
     killed_usage: tuple[float | None, int | None] = (None, None)

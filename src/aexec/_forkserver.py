@@ -1,0 +1,258 @@
+"""The warm fork server of stage (c) (issue 5): start-up paid once per interpreter.
+
+A cold run starts a fresh interpreter for the driver, which then imports pytest: on
+this kind of machine ~0.25 s of CPU per pytest run, before any test runs. A
+`ForkServer` is one interpreter per (toolchain, mode, environment) that has done that
+once (``_driver.py --serve``) and forks the outer process of each run on request. The
+child puts itself where a fresh ``Popen`` would have (fds 0-2 on /dev/null and the run's
+pipes, every other fd closed, a new session, cwd, the run's environment and argv) and
+runs the same driver code: same cgroups, namespaces, view, uid and rlimits. Nothing is
+shared with the run but copy-on-write memory.
+
+The one thing a warm child cannot undo is what the server already imported: a repo whose
+import roots shadow one of those modules (a top-level ``packaging/``, say) would import
+differently, so such a run goes cold (`ForkServer.serves`).
+
+The supervisor sees a `ServedProcess`, an ``anyio.abc.Process``: its pid (the outer
+process, a child of the server), its pipes, and its wait status as the server reaps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from ._errors import AexecError
+
+log = structlog.get_logger(__name__)
+
+#: How long a server may take to start (import pytest) before runs go cold.
+START_TIMEOUT_S = 30.0
+_MESSAGE_CAP = 1 << 20
+#: Environment variables that differ run by run; the rest is read at interpreter start
+#: (PYTHONHASHSEED, locale, malloc arenas …) and so keys the server.
+PER_RUN_ENV = ("HOME", "TMPDIR")
+
+
+class ServerGone(AexecError):
+    """The fork server died (or never started): the run was not started by it."""
+
+
+async def _recv(sock: socket.socket) -> bytes:
+    while True:
+        try:
+            return sock.recv(_MESSAGE_CAP)
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+
+
+class _PipeStream(anyio.abc.ByteReceiveStream):
+    """The read end of a run's pipe (non-blocking), readable on asyncio and trio alike."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd: int | None = fd
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while True:
+            if self._fd is None:
+                raise anyio.ClosedResourceError
+            try:
+                data = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)
+                continue
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def aclose(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+class ServedProcess(anyio.abc.Process):
+    """A run's outer process as forked by a `ForkServer`."""
+
+    def __init__(self, pid: int, reply: socket.socket, stdout: int, stderr: int) -> None:
+        self._pid = pid
+        self._reply = reply
+        self._stdout = _PipeStream(stdout)
+        self._stderr = _PipeStream(stderr)
+        self._returncode: int | None = None
+
+    async def wait(self) -> int:
+        if self._returncode is None:
+            msg = await _recv(self._reply)
+            if not msg:
+                raise ServerGone(f"the fork server died while run {self._pid} was running")
+            self._returncode = os.waitstatus_to_exitcode(int(json.loads(msg)["status"]))
+        return self._returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self._returncode is None:  # not reaped yet: the pid is still this run's
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    @property
+    def stdin(self) -> None:
+        return None
+
+    @property
+    def stdout(self) -> anyio.abc.ByteReceiveStream:
+        return self._stdout
+
+    @property
+    def stderr(self) -> anyio.abc.ByteReceiveStream:
+        return self._stderr
+
+    async def aclose(self) -> None:
+        await self._stdout.aclose()
+        await self._stderr.aclose()
+        self._reply.close()
+
+
+def top_level_names(roots: Iterable[str]) -> set[str]:
+    """What ``import NAME`` could find first in these sys.path entries."""
+    names = set()
+    for root in roots:
+        try:
+            entries = os.listdir(root)
+        except OSError:
+            continue
+        for entry in entries:
+            stem = entry.split(".", 1)[0]
+            if stem.isidentifier() and ("." not in entry or entry.endswith((".py", ".pyc", ".so", ".pyd"))):
+                names.add(stem)
+    return names
+
+
+class ForkServer:
+    """One warm interpreter forking runs' outer processes; see the module docstring."""
+
+    def __init__(self, python: str, driver: str, proc: subprocess.Popen[bytes], ctrl: socket.socket) -> None:
+        self.python = python
+        self.driver = driver
+        self._proc = proc
+        self._ctrl = ctrl
+        #: Top-level modules the server has imported (a run must not shadow any).
+        self.modules: frozenset[str] = frozenset()
+        self._closed = False
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        """Not closed and not exited (a dead server is reaped here)."""
+        return not self._closed and self._proc.poll() is None
+
+    @classmethod
+    async def start(cls, python: str, driver: str, mode: str, env: Mapping[str, str]) -> ForkServer:
+        """Start a server; raises `ServerGone` with its reason if it cannot serve."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # Spawned from the event loop's thread: PR_SET_PDEATHSIG follows that thread.
+            proc = subprocess.Popen(  # noqa: ASYNC220  (a few ms; not from a worker thread)
+                [python, "-s", driver, "--serve", mode, str(os.getpid()), str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                env=dict(env),
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        server = cls(python, driver, proc, ours)
+        try:
+            with anyio.fail_after(START_TIMEOUT_S):
+                msg = await _recv(ours)
+            hello: dict[str, Any] = json.loads(msg) if msg else {"ok": False, "error": "exited at start"}
+            if not hello.get("ok"):
+                raise ServerGone(f"fork server ({mode}) cannot start: {hello.get('error')}")
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await server.aclose()
+            raise
+        server.modules = frozenset(map(str, hello["modules"]))
+        return server
+
+    def serves(self, roots: Iterable[str]) -> bool:
+        """Whether a run with these import roots would import exactly what a cold one does."""
+        return self.alive and not (top_level_names(roots) & self.modules)
+
+    async def spawn(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> ServedProcess:
+        """Fork ``argv`` (``python -s DRIVER SPEC``); raises `ServerGone` if the server is gone."""
+        assert list(argv[:3]) == [self.python, "-s", self.driver], argv
+        spec_path = argv[3]
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mine.setblocking(False)
+        request = json.dumps({"spec": spec_path, "cwd": cwd, "env": dict(env)}).encode()
+        try:
+            try:
+                while True:
+                    try:
+                        socket.send_fds(self._ctrl, [request], [theirs.fileno(), out_w, err_w])
+                        break
+                    except BlockingIOError:
+                        await anyio.wait_writable(self._ctrl)
+            finally:
+                for fd in (out_w, err_w):
+                    os.close(fd)
+                theirs.close()
+            msg = await _recv(mine)
+            if not msg:
+                raise ServerGone("the fork server exited")
+        except BaseException as e:
+            mine.close()
+            os.close(out_r)
+            os.close(err_r)
+            if isinstance(e, OSError):
+                e = ServerGone(f"the fork server is gone: {e}")
+            if isinstance(e, ServerGone):
+                self.close()
+            raise e from None
+        return ServedProcess(int(json.loads(msg)["pid"]), mine, out_r, err_r)
+
+    def close(self) -> None:
+        """Stop the server; runs it started and that are still going die with it."""
+        self._closed = True
+        self._ctrl.close()
+        with contextlib.suppress(ProcessLookupError):
+            self._proc.kill()
+        self._proc.wait()  # at once: SIGKILL
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self.close)
