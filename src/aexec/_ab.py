@@ -196,6 +196,18 @@ def _labels_file(path: str) -> dict[str, Label]:
     return out
 
 
+def _request_candidate(request: dict[str, Any], base: str, where: str) -> Candidate:
+    """A request line as a checked candidate, its repo relative to the corpus dir."""
+    try:
+        cand, _ = candidate_from_json(request)
+        if cand.repo is not None:
+            cand = attrs.evolve(cand, repo=os.path.normpath(os.path.join(base, cand.repo)))
+        _api.validate(cand)
+    except RequestError as e:
+        raise RequestError(f"{where}: {e}") from None
+    return cand
+
+
 def load_corpus(path: str, labels: str | None = None) -> Corpus:
     """A labelled corpus: ``path`` is a cases JSONL (the contract's requests) or a directory
     holding ``cases.jsonl``. Labels come from each line's ``label`` or from ``labels``.
@@ -224,13 +236,7 @@ def load_corpus(path: str, labels: str | None = None) -> Corpus:
             label = parse_label(data["label"], where)
         else:
             raise RequestError(f"{where}: no `label` on the line (give one, or --labels FILE)")
-        try:
-            cand, _ = candidate_from_json(request)
-            if cand.repo is not None:
-                cand = attrs.evolve(cand, repo=os.path.normpath(os.path.join(base, cand.repo)))
-            _api.validate(cand)
-        except RequestError as e:
-            raise RequestError(f"{where}: {e}") from None
+        cand = _request_candidate(request, base, where)
         out.append(Case(number, request, cand, label))
     if not out:
         raise RequestError(f"{cases_path}: no cases")
@@ -518,13 +524,7 @@ def load_selection(path: str) -> tuple[SelectionTask, ...]:
         if not isinstance(data.get("correct"), bool):
             raise RequestError(f"{where}: a selection line needs a boolean `correct`")
         request = {k: v for k, v in data.items() if k not in ("task", "correct", "property")}
-        try:
-            cand, _ = candidate_from_json(request)
-            if cand.repo is not None:
-                cand = attrs.evolve(cand, repo=os.path.normpath(os.path.join(base, cand.repo)))
-            _api.validate(cand)
-        except RequestError as e:
-            raise RequestError(f"{where}: {e}") from None
+        cand = _request_candidate(request, base, where)
         prop = data.get("property")
         tasks.setdefault(data["task"], []).append(
             (number, cand, data["correct"], prop if isinstance(prop, str) else None)
