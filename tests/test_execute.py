@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
@@ -121,3 +124,42 @@ async def test_a_gigabyte_of_output_is_capped_and_memory_stays_bounded(tmp_path:
     assert f"{(1 << 30) - 64 * 1024} more bytes of stdout" in marker
     assert run.stderr.startswith("e" * (64 * 1024)) and "more bytes of stderr" in run.stderr
     assert grown_mib < 64, f"the supervisor grew by {grown_mib:.0f} MiB"
+
+
+@needs_cgroups
+def test_cpu_demand_counts_the_time_a_busy_run_waits_for_a_core() -> None:
+    # Three busy runs pinned to one CPU each use a third of it: by usage alone they would
+    # look idle to the admission, and more runs would be let onto the cores they share.
+    cg = CG.cgroups
+    assert cg is not None
+    if cg.v2 is None or not os.path.exists(os.path.join(cg.v2, "cpu.pressure")):
+        pytest.skip("no cgroup v2 CPU pressure (PSI) here: demand is usage alone")
+    runs = [f"demand-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    procs = []
+    try:
+        for run in runs:
+            cg.create(run, Caps(1.0, 1 << 30, 16))
+            join = "".join(f"open({f!r}, 'w').write(str(os.getpid()))\n" for f in cg.procs_files(run))
+            code = f"import os\n{join}os.sched_setaffinity(0, {{0}})\nwhile True:\n    pass\n"
+            procs.append(subprocess.Popen([sys.executable, "-c", code]))
+        time.sleep(0.5)  # joined and spinning
+        before = [cg.cpu_demand_s(r) for r in runs]
+        usage_before = [cpu_usage(cg, r) for r in runs]
+        time.sleep(1.0)
+        demand = [(cg.cpu_demand_s(r) or 0) - (b or 0) for r, b in zip(runs, before, strict=True)]
+        usage = [cpu_usage(cg, r) - u for r, u in zip(runs, usage_before, strict=True)]
+    finally:
+        for run in runs:
+            cg.kill(run)
+        for p in procs:
+            p.wait()
+        for run in runs:
+            cg.remove(run)
+    assert all(u < 0.5 for u in usage), usage  # a third of a core each
+    assert all(d >= 0.8 for d in demand), demand  # but each wants a whole one
+
+
+def cpu_usage(cg: Any, run: str) -> float:
+    d = os.path.join(cg.v2, os.path.basename(cg.dirs(run)[0]))
+    stat = dict(line.split() for line in Path(d, "cpu.stat").read_text().splitlines())
+    return int(stat["usage_usec"]) / 1e6

@@ -135,19 +135,31 @@ class Cgroups:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
-    def cpu_usage_s(self, run: str) -> float | None:
-        """CPU seconds the run's processes have used so far (cgroup v2 ``cpu.stat``)."""
+    def cpu_demand_s(self, run: str) -> float | None:
+        """CPU seconds the run has used or waited for so far (cgroup v2).
+
+        ``cpu.stat`` usage plus ``cpu.pressure`` "some" (time a task of the run was
+        runnable but not running): a busy run sharing a core with others still counts
+        as wanting a whole one, where its usage alone would make it look half idle.
+        """
         if self.v2 is None:
             return None
         d = os.path.join(self.v2, os.path.basename(self.dirs(run)[0]))
         try:
-            for line in Path(d, "cpu.stat").read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "usage_usec":
-                    return int(value) / 1e6
-        except (OSError, ValueError):
-            pass
-        return None
+            usage = next(
+                int(line.split()[1])
+                for line in Path(d, "cpu.stat").read_text().splitlines()
+                if line.startswith("usage_usec ")
+            )
+        except (OSError, ValueError, IndexError, StopIteration):
+            return None
+        waited = 0
+        try:
+            some = Path(d, "cpu.pressure").read_text().splitlines()[0]
+            waited = int(some.rsplit("total=", 1)[1])
+        except (OSError, ValueError, IndexError):
+            pass  # no PSI in this kernel: usage alone
+        return (usage + waited) / 1e6
 
     def oom_killed(self, run: str) -> bool:
         for d in self.dirs(run):
@@ -368,31 +380,35 @@ def detect_isolation() -> Isolation:
 class Admission:
     """How many runs may start: one CPU slot per core, and more for runs that wait.
 
-    A run holds a CPU slot while it is busy; one that has used less than half a core
-    over the last ``SAMPLE_S`` (sleeping, blocked, waiting for its deadline) gives its
-    slot to the next run, up to ``limit`` runs in all. Each run is held to its own core
+    A run holds a CPU slot while it is busy; one that has used (or waited for, see
+    `Cgroups.cpu_demand_s`) less than half a core over the last ``SAMPLE_S`` (sleeping,
+    blocked, waiting for its deadline) gives its slot to the next run, up to ``limit``
+    runs in all. Each run is held to its own core
     cap by its cgroup, so a sleeper that wakes up shares cores for a while; it never
     gets more than its cap. Without a cgroup to measure, every run counts as busy.
     """
 
     SAMPLE_S = 0.2
+    #: A new run is judged this soon: start-up through the fork server takes ~40 ms,
+    #: and until then the run counts as busy.
+    FIRST_SAMPLE_S = 0.06
     POLL_S = 0.02
 
     def __init__(self, cpu_slots: int, limit: int, cgroups: Cgroups | None) -> None:
         self.cpu_slots = max(1, min(cpu_slots, limit))
         self.limit = limit
         self.cgroups = cgroups
-        #: run -> (time of the last sample, CPU seconds then, busy?)
-        self._running: dict[str, tuple[float, float | None, bool]] = {}
+        #: run -> (time of the last sample, CPU demand then, busy?, time of the next sample)
+        self._running: dict[str, tuple[float, float | None, bool, float]] = {}
 
     def _busy(self, now: float) -> int:
         busy = 0
-        for run, (then, used, was_busy) in list(self._running.items()):
-            if self.cgroups is not None and now - then >= self.SAMPLE_S:
-                got = self.cgroups.cpu_usage_s(run)
+        for run, (then, used, was_busy, due) in list(self._running.items()):
+            if self.cgroups is not None and now >= due:
+                got = self.cgroups.cpu_demand_s(run)
                 if got is not None and used is not None:
                     was_busy = (got - used) / (now - then) >= 0.5
-                self._running[run] = (now, got, was_busy)
+                self._running[run] = (now, got, was_busy, now + self.SAMPLE_S)
             busy += was_busy
         return busy
 
@@ -401,7 +417,8 @@ class Admission:
         # Polled: a run's CPU use changes without any event to wait for.
         while len(self._running) >= self.limit or self._busy(anyio.current_time()) >= self.cpu_slots:  # noqa: ASYNC110
             await anyio.sleep(self.POLL_S)
-        self._running[run] = (anyio.current_time(), 0.0, True)  # starting up is CPU work
+        now = anyio.current_time()
+        self._running[run] = (now, 0.0, True, now + self.FIRST_SAMPLE_S)  # starting up is CPU work
         try:
             yield
         finally:
