@@ -325,10 +325,20 @@ def note_errors(observations: Iterable[Any]) -> int:
     return len(bad)
 
 
-def aexec_many(cands: list[Candidate], limit: int | None = None) -> tuple[float, list]:
-    async def go() -> list:
-        return await observe_many(cands, limit=limit)
+def aexec_many(
+    cands: list[Candidate], limit: int | None = None, done_at: list[float] | None = None
+) -> tuple[float, list]:
+    """Observe ``cands`` in one call; ``done_at[i]`` gets when observation i arrived."""
 
+    def arrived(i: int, _: Any) -> None:
+        if done_at is not None:
+            done_at[i] = time.perf_counter() - t0
+
+    async def go() -> list:
+        return await observe_many(cands, limit=limit, on_observation=arrived)
+
+    if done_at is not None:
+        done_at[:] = [math.nan] * len(cands)
     t0 = time.perf_counter()
     got = anyio.run(go)
     wall = time.perf_counter() - t0
@@ -802,6 +812,7 @@ def fig_cpu(rep: Report, args: argparse.Namespace) -> None:
             if q:
                 mix.append(q.pop(0))
     ideal = max(len(work) * cpu_s / CORES, sleep_s, cpu_s)
+    done_at: list[float] = []
     fig["mix"] = {
         "sleepers": len(sleepers),
         "timeouts": len(hangs),
@@ -809,8 +820,15 @@ def fig_cpu(rep: Report, args: argparse.Namespace) -> None:
         "sleep_s": sleep_s,
         "cpu_s_each": cpu_s,
         "ideal_wall_s": ideal,
-        "default_limit": {"limit": default_limit(), **measured(lambda: aexec_many(mix))},
+        "default_limit": {"limit": default_limit(), **measured(lambda: aexec_many(mix, done_at=done_at))},
     }
+    # The issue's own property: CPU work is never held back by the sleepers, i.e. it is all
+    # done about when it would be on idle cores (its CPU time spread on every core).
+    work_ideal = len(work) * cpu_s / CORES
+    fig["mix"]["cpu_work_done_s"] = max(
+        t for t, c in zip(done_at, mix, strict=True) if "# mix" in (c.code or "")
+    )
+    fig["mix"]["cpu_work_ideal_s"] = work_ideal
     # every run holds its slot to the end, one slot per core: what sleepers cost when they count
     fig["mix"]["slot_per_core"] = {
         "limit": f"limit={CORES}",
@@ -846,6 +864,12 @@ def fig_cpu(rep: Report, args: argparse.Namespace) -> None:
         "%",
         util >= 0.90,
     )
+    print(
+        f"    CPU-bound work of the mix all done at {mx['cpu_work_done_s']:.2f}s "
+        f"(its CPU time on {CORES} idle cores: {work_ideal:.2f}s)"
+    )
+    w = mx["cpu_work_done_s"] / work_ideal
+    rep.goal("4", "mix: CPU work done / its ideal (sleepers hold no core)", "<= 1.3x", w, "x", w <= 1.3)
     d = mx["default_limit"]["wall_s"] / ideal
     rep.goal("4", "sleepers/timeouts + CPU: wall / ideal (default)", "<= 1.3x", d, "x", d <= 1.3)
 

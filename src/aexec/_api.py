@@ -205,6 +205,8 @@ def validate(candidate: Candidate) -> tuple[Classification, Runner]:
 #: check) and ``"cache"`` (no disk cache, no in-process dedup). The public API never sets it.
 _DISABLED: ContextVar[frozenset[str]] = ContextVar("aexec_disabled", default=frozenset())
 _T = TypeVar("_T")
+#: The input position of the candidate being observed: runs are admitted in this order.
+_ORDER: ContextVar[int] = ContextVar("aexec_order", default=0)
 
 
 class _NoDedup(Inflight[_T]):
@@ -412,7 +414,7 @@ async def _run_once(
             caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
             server=server,
         )
-        async with session.slots.slot(run_name):
+        async with session.slots.slot(run_name, _ORDER.get()):
             raw = await execute(invocation, session.isolation)
         evidence = parse(raw, runner, cwd=scratch.work, snippet=snippet)
         if evidence.box_failed:
@@ -689,6 +691,7 @@ async def observe_many(
     async def worker() -> None:
         async for i in receive:
             classification, runner = checked[i]
+            _ORDER.set(i)
             try:
                 obs = await _observe_one(session, items[i], classification, runner)
             except Exception as e:

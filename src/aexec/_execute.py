@@ -400,6 +400,8 @@ class Admission:
         self.cgroups = cgroups
         #: run -> (time of the last sample, CPU demand then, busy?, time of the next sample)
         self._running: dict[str, tuple[float, float | None, bool, float]] = {}
+        #: Runs waiting for a slot -> their order (lowest goes first).
+        self._waiting: dict[str, int] = {}
 
     def _busy(self, now: float) -> int:
         busy = 0
@@ -413,10 +415,20 @@ class Admission:
         return busy
 
     @contextlib.asynccontextmanager
-    async def slot(self, run: str) -> AsyncIterator[None]:
-        # Polled: a run's CPU use changes without any event to wait for.
-        while len(self._running) >= self.limit or self._busy(anyio.current_time()) >= self.cpu_slots:  # noqa: ASYNC110
-            await anyio.sleep(self.POLL_S)
+    async def slot(self, run: str, order: int = 0) -> AsyncIterator[None]:
+        """Hold a slot for ``run``; waiting runs go in ``order`` (the candidates' input
+        order), not in whichever order their tasks happen to poll."""
+        self._waiting[run] = order
+        try:
+            # Polled: a run's CPU use changes without any event to wait for.
+            while (  # noqa: ASYNC110
+                order > min(self._waiting.values())
+                or len(self._running) >= self.limit
+                or self._busy(anyio.current_time()) >= self.cpu_slots
+            ):
+                await anyio.sleep(self.POLL_S)
+        finally:
+            del self._waiting[run]
         now = anyio.current_time()
         self._running[run] = (now, 0.0, True, now + self.FIRST_SAMPLE_S)  # starting up is CPU work
         try:
