@@ -153,3 +153,22 @@ def test_servers_serve_later_calls_and_die_with_their_process(tmp_path: Path) ->
     while any(os.path.exists(f"/proc/{pid}") for pid in seen[0]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(os.path.exists(f"/proc/{pid}") for pid in seen[0])
+
+
+async def test_an_interpreter_without_pytest_gets_cold_runs_and_the_same_observation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its pytest-mode server cannot start: the run goes cold and fails as a cold run does.
+    venv = tmp_path / "bare-venv"
+    await anyio.run_process([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n")
+    cand = Candidate(
+        "run_suite",
+        "test_subset",
+        repo=str(tmp_path),
+        tests=["test_a.py"],
+        python=str(venv / "bin" / "python"),
+    )
+    warm, cold = await both([cand], monkeypatch)
+    assert warm[0].verdict != "error" and "pytest" in (warm[0].failure.message if warm[0].failure else "")
+    assert comparable(warm[0]) == comparable(cold[0])

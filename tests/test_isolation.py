@@ -85,8 +85,21 @@ def mounts_under(path: Path) -> list[str]:
 
 @pytest.fixture
 def host_dir() -> Iterator[Path]:
-    """A host directory outside /tmp (which the boundary covers with the scratch tmp)."""
+    """A host directory beside the tests: outside /tmp (covered inside by the scratch tmp)
+    unless this checkout itself is under /tmp."""
     d = Path(tempfile.mkdtemp(prefix=".hostile-", dir=Path(__file__).parent))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d)
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A 0700 host directory surely outside /tmp, wherever this checkout lives."""
+    if not os.access("/var/lib", os.W_OK):
+        pytest.skip("/var/lib is not writable here")
+    d = Path(tempfile.mkdtemp(prefix="aexec-test-", dir="/var/lib"))
     try:
         yield d
     finally:
@@ -486,13 +499,13 @@ async def test_many_concurrent_runs_do_not_trip_over_each_others_scratch() -> No
 
 @full_boundary
 async def test_a_run_cannot_read_a_sibling_runs_scratch(
-    host_dir: Path, monkeypatch: pytest.MonkeyPatch
+    outside_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Scratch roots outside /tmp (a TMPDIR elsewhere) are not covered by the scratch
     # tmp: each view detaches the other runs' roots, so only their empty mount points show.
     # (Under a directory others cannot traverse, the mask hides even their names.)
-    host_dir.chmod(0o755)  # traversable, so the siblings' names are visible to a run
-    base = host_dir / "scratch"
+    outside_tmp.chmod(0o755)  # traversable, so the siblings' names are visible to a run
+    base = outside_tmp / "scratch"
     base.mkdir()
     monkeypatch.setenv("TMPDIR", str(base))
     monkeypatch.setattr(tempfile, "tempdir", None)
@@ -519,11 +532,12 @@ async def test_a_run_cannot_read_a_sibling_runs_scratch(
 
 @full_boundary
 async def test_a_scratch_base_others_cannot_traverse_still_works(
-    host_dir: Path, monkeypatch: pytest.MonkeyPatch
+    outside_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # host_dir is 0700 (mkdtemp): the run's uid reaches its scratch root through a mask.
-    assert host_dir.stat().st_mode & 0o001 == 0
-    monkeypatch.setenv("TMPDIR", str(host_dir))
+    # outside_tmp is 0700 (mkdtemp) and not under /tmp (where the bind-back applies):
+    # the run's uid reaches its scratch root through a mask.
+    assert outside_tmp.stat().st_mode & 0o001 == 0
+    monkeypatch.setenv("TMPDIR", str(outside_tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)
     obs = await observe(snippet("import os; print(sorted(os.listdir('..')))"))
     assert obs.verdict == "empty_success", obs.failure

@@ -231,7 +231,7 @@ class _Session:
         self.repo_hashes: Inflight[str] = Inflight()
         #: An interpreter is probed once per call (and once per change, with a cache).
         self.toolchains: Inflight[_Toolchain] = Inflight()
-        #: Warm fork servers (see `_server`); none with AEXEC_NO_FORKSERVER=1, when every
+        #: Warm fork servers (see `server`); none with AEXEC_NO_FORKSERVER=1, when every
         #: run starts a fresh interpreter.
         self.warm = os.environ.get("AEXEC_NO_FORKSERVER") != "1"
         self._servers: Inflight[ForkServer | None] = Inflight()

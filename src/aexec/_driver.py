@@ -20,9 +20,10 @@ When init dies, the kernel kills everything left in its PID namespace. Any step 
 boundary that fails aborts the run (exit 125) rather than run it with less.
 
 ``python -s _driver.py --serve MODE SUPERVISOR_PID FD`` is the fork server
-(``aexec._forkserver``): one warm interpreter (``MODE`` ``pytest``: pytest and its
-built-in plugins already imported; ``bare``: only this file's imports) that forks the
-outer process of each run on request. The forked child sets up exactly what a fresh
+(``aexec._forkserver``): one warm interpreter that has imported what a cold driver
+imports before the candidate's code anyway (``runpy``, ``subprocess``; with ``MODE``
+``pytest`` also pytest and its built-in plugins) and forks the outer process of each
+run on request. The forked child sets up exactly what a fresh
 ``python -s _driver.py SPEC`` would have (fds 0-2, session, cwd, environment, argv) and
 goes on as ``main()`` — same boundary, same code; only the start-up is skipped.
 """

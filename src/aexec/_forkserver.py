@@ -195,8 +195,11 @@ class ForkServer:
         ours.setblocking(False)
         server = cls(python, driver, proc, ours)
         try:
-            with anyio.fail_after(START_TIMEOUT_S):
-                msg = await _recv(ours)
+            try:
+                with anyio.fail_after(START_TIMEOUT_S):
+                    msg = await _recv(ours)
+            except (TimeoutError, OSError) as e:
+                raise ServerGone(f"fork server ({mode}) did not start: {e!r}") from None
             hello: dict[str, Any] = json.loads(msg) if msg else {"ok": False, "error": "exited at start"}
             if not hello.get("ok"):
                 raise ServerGone(f"fork server ({mode}) cannot start: {hello.get('error')}")
