@@ -30,11 +30,8 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import structlog
 
 from ._errors import AexecError
-
-log = structlog.get_logger(__name__)
 
 #: How long a server may take to start (import pytest) before runs go cold.
 START_TIMEOUT_S = 30.0
@@ -235,7 +232,11 @@ class ForkServer:
                 for fd in (out_w, err_w):
                     os.close(fd)
                 theirs.close()
-            msg = await _recv(mine)
+            # Shielded: once the request is sent the server forks, and a run whose pid
+            # was never read could not be killed. Its answer is immediate.
+            msg = b""
+            with anyio.CancelScope(shield=True), anyio.move_on_after(START_TIMEOUT_S):
+                msg = await _recv(mine)
             if not msg:
                 raise ServerGone("the fork server exited")
         except BaseException as e:
