@@ -234,7 +234,7 @@ class _Session:
         #: Warm fork servers (see `server`); none with AEXEC_NO_FORKSERVER=1, when every
         #: run starts a fresh interpreter.
         self.warm = os.environ.get("AEXEC_NO_FORKSERVER") != "1"
-        self._servers: Inflight[ForkServer | None] = Inflight()
+        self._starting: Inflight[ForkServer | None] = Inflight()  # one start per key per call
         self.runs = 0
         global _swept
         if not _swept:
@@ -270,7 +270,7 @@ class _Session:
                 await stale.aclose()
             return server
 
-        server, _ = await self._servers.run(key, start)
+        server, _ = await self._starting.run(key, start)
         return server if server is not None and server.alive else None
 
 
