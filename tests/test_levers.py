@@ -3,14 +3,15 @@
 The levers ``observe_many`` has (``aexec._api``): the on-disk behavioural cache
 (``DiskCache``), in-process single-flight (``Inflight``) of identical candidates, of the
 shared FAIL_TO_PASS before-run and of repo hashes, concurrency (``limit`` and the
-admission of runs that wait), and the warm fork server (``AEXEC_NO_FORKSERVER=1``
-turns it off). Whatever the levers are, they live behind one call.
+admission of runs that wait), the warm fork server (``AEXEC_NO_FORKSERVER=1``
+turns it off) and a repo's modules compiled once for all its runs
+(``AEXEC_NO_BYTECODE=1`` turns it off). Whatever the levers are, they live behind one call.
 A small labelled set — passes with FAIL_TO_PASS, failures of several classes, a
 tampering patch, an empty selection, snippets, a timeout, and identical candidates —
 is observed:
 
 * **off**: every candidate in a call of its own (no dedup, no shared before-run),
-  ``limit=1``, no cache, a fresh interpreter per run;
+  ``limit=1``, no cache, a fresh interpreter per run that compiles what it imports;
 * **on**: all in one call, ``limit=8``, a fresh cache dir (cold), then the same call
   again on that cache (warm, served from disk), on both anyio backends;
 
@@ -20,6 +21,7 @@ paths, resource usage and ``cache_hit``. The labels pin what "equal" is equal to
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -148,10 +150,12 @@ def test_observations_are_the_same_with_and_without_every_lever(
     cands = [c for c, _ in cases]
 
     # levers off: one call per candidate (no dedup, no shared before-run), one slot, no
-    # cache, every run a fresh interpreter (no fork server)
+    # cache, every run a fresh interpreter (no fork server) compiling its own modules
     monkeypatch.setenv("AEXEC_NO_FORKSERVER", "1")
+    monkeypatch.setenv("AEXEC_NO_BYTECODE", "1")
     off, off_runs, off_served = observe_counting(monkeypatch, [[c] for c in cands], "asyncio", limit=1)
     monkeypatch.delenv("AEXEC_NO_FORKSERVER")
+    monkeypatch.delenv("AEXEC_NO_BYTECODE")
     assert off_served == 0
     assert [(o.verdict, o.failure.failure_class if o.failure else None) for o in off] == [
         label for _, label in cases
@@ -166,6 +170,7 @@ def test_observations_are_the_same_with_and_without_every_lever(
         # the levers were really pulled: fewer processes cold, forked warm, none warm-cached
         assert cold_runs < off_runs, (backend, cold_runs, off_runs)
         assert served == cold_runs, (backend, served, cold_runs)
+        assert len(os.listdir(os.path.join(cache, "bytecode"))) == len({c.repo for c in cands} - {None})
         assert warm_runs == 0 and all(o.cache_hit for o in warm), backend
         assert [o.id for o in cold] == [o.id for o in warm] == [c.id for c in cands]
         for name, got in (("cold", cold), ("warm", warm)):

@@ -8,10 +8,12 @@ confirming re-run of a passing suite.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
@@ -44,6 +46,7 @@ from ._workspace import (
     artifact_version,
     candidate_env,
     changed_state,
+    compile_bytecode,
     hash_tree,
     import_roots,
     make_scratch,
@@ -235,6 +238,13 @@ class _Session:
         #: run starts a fresh interpreter.
         self.warm = os.environ.get("AEXEC_NO_FORKSERVER") != "1"
         self._starting: Inflight[ForkServer | None] = Inflight()  # one start per key per call
+        #: A repo's modules are compiled once per call (once per repo and toolchain, with
+        #: a cache dir); none with AEXEC_NO_BYTECODE=1, when every run compiles its own.
+        self.compiled = os.environ.get("AEXEC_NO_BYTECODE") != "1"
+        self._bytecode: Inflight[str | None] = Inflight()
+        self.cache_dir = cache_dir if self.cache is not None else None
+        #: Per repo, what the call's test runs select of it together (None: a whole suite).
+        self.selections: dict[str, tuple[str, ...] | None] = {}
         self.runs = 0
         global _swept
         if not _swept:
@@ -272,6 +282,71 @@ class _Session:
 
         server, _ = await self._starting.run(key, start)
         return server if server is not None and server.alive else None
+
+    async def bytecode(self, repo: str, tool: _Toolchain) -> str | None:
+        """``repo`` compiled for ``tool`` (`compile_bytecode`), made on first use, with the
+        test modules all of the call's test runs of it select rewritten ahead."""
+        if not self.compiled:
+            return None
+        tests = self.selections.get(repo, ())
+        repo_hash, _ = await self.repo_hashes.run(repo, lambda: anyio.to_thread.run_sync(hash_tree, repo))
+        key = cache_key(
+            role="bytecode",
+            aexec=VERSION,
+            repo=repo_hash,
+            python=tool.path,
+            toolchain=tool.fingerprint,
+            tests=tests,
+        )
+
+        async def make() -> str | None:
+            base = os.path.join(self.cache_dir, "bytecode") if self.cache_dir else _bytecode_base()
+            out = os.path.join(base, key)
+            if await anyio.to_thread.run_sync(_touch, out, base):
+                return out
+            if not await compile_bytecode(tool.path, repo, tests, out):
+                return None
+            await anyio.to_thread.run_sync(_prune_bytecode, base)
+            return out
+
+        out, _ = await self._bytecode.run(key, make)
+        return out
+
+
+#: Compiled repos kept in a cache dir's ``bytecode/`` (least recently used go first).
+BYTECODE_KEPT = 64
+
+
+def _touch(out: str, base: str) -> bool:
+    """Whether ``out`` was compiled already (then marked recent, for pruning)."""
+    os.makedirs(base, exist_ok=True)
+    try:
+        os.utime(out)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _prune_bytecode(base: str) -> None:
+    entries = []
+    for name in os.listdir(base):
+        with contextlib.suppress(OSError):
+            entries.append((os.stat(os.path.join(base, name)).st_mtime_ns, name))
+    for _, name in sorted(entries)[: max(0, len(entries) - BYTECODE_KEPT)]:
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+
+_bytecode_dir: str | None = None
+
+
+def _bytecode_base() -> str:
+    """Where compiled repos live without a cache dir: this process's own, removed at exit
+    (or, if it is killed, swept with its scratch roots by the next aexec)."""
+    global _bytecode_dir
+    if _bytecode_dir is None:
+        _bytecode_dir = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-bytecode-")
+        atexit.register(shutil.rmtree, _bytecode_dir, True)
+    return _bytecode_dir
 
 
 #: The fork servers of this process, by what they serve (see `_Session.server`).
@@ -339,7 +414,8 @@ async def _run_once(
     session.runs += 1
     run_name = f"{session.runs}-{os.path.basename(scratch.root)}"
     try:
-        await anyio.to_thread.run_sync(make_view, scratch, candidate.repo)
+        bytecode = None if candidate.repo is None else await session.bytecode(candidate.repo, tool)
+        await anyio.to_thread.run_sync(make_view, scratch, candidate.repo, bytecode)
         config_changed = False
         if patch is not None:
             try:
@@ -622,6 +698,20 @@ async def observe(candidate: Candidate, *, cache_dir: str | None = None) -> Exec
     return (await observe_many([candidate], cache_dir=cache_dir))[0]
 
 
+def _selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | None]:
+    """Per repo, the union of the candidates' test selections (None if one runs it all)."""
+    union: dict[str, set[str] | None] = {}
+    for c in candidates:
+        if c.repo is None:
+            continue
+        have = union.setdefault(c.repo, set())
+        if c.tests is None:
+            union[c.repo] = None
+        elif have is not None:
+            have.update(c.tests)
+    return {repo: None if tests is None else tuple(sorted(tests)) for repo, tests in union.items()}
+
+
 class Executor(Protocol):
     """Somewhere else to run ``observe_many`` (e.g. `aexec.RayExecutor`), same records out."""
 
@@ -664,7 +754,9 @@ async def observe_many(
     local pipeline, wherever it runs).
 
     Runs are forked from warm interpreters (``aexec._forkserver``) that outlive the call
-    and serve later ones; ``AEXEC_NO_FORKSERVER=1`` starts each run cold instead.
+    and serve later ones; ``AEXEC_NO_FORKSERVER=1`` starts each run cold instead. A
+    repo's modules are compiled once for all its runs (``docs/index.md``);
+    ``AEXEC_NO_BYTECODE=1`` has each run compile its own.
     """
     if executor is not None:
         return await executor.observe_many(
@@ -682,6 +774,9 @@ async def observe_many(
     if slots < 1:
         raise RequestError(f"limit must be >= 1, got {slots}")
     session = _Session(slots, cache_dir, cpu_slots=cores)
+    session.selections = _selections(
+        c for c, (_, runner) in zip(items, checked, strict=True) if runner == "pytest"
+    )
     results: list[ExecutionObservation | None] = [None] * len(items)
     send, receive = anyio.create_memory_object_stream[int](max_buffer_size=len(items) or 1)
     for i in range(len(items)):

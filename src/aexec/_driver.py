@@ -26,6 +26,11 @@ imports before the candidate's code anyway (``runpy``, ``subprocess``; with ``MO
 run on request. The forked child sets up exactly what a fresh
 ``python -s _driver.py SPEC`` would have (fds 0-2, session, cwd, environment, argv) and
 goes on as ``main()`` — same boundary, same code; only the start-up is skipped.
+
+``python -I _driver.py --bytecode < JOB.json`` is not a run: it compiles a pristine
+repo's modules once for all of its runs (``aexec._workspace.compile_bytecode``). It
+executes none of the repo's code, only the interpreter's compiler and pytest's
+assertion rewriter over its source.
 """
 
 from __future__ import annotations
@@ -409,8 +414,68 @@ def box_failed(error: BoxError) -> None:
     os._exit(BOX_FAILED)
 
 
+def write_bytecode(job: dict[str, Any]) -> None:
+    """Write the ``__pycache__`` files a run of ``job["root"]`` would compile, under ``job["out"]``.
+
+    Each of ``job["files"]`` gets a checked-hash pyc (PEP 552: the importer verifies the
+    source's hash, so a patched module is never run from a stale pyc); with a pytest whose
+    rewritten pycs are checked by hash and relocatable (its ``_fix_code_filename``), those
+    of ``job["rewrite"]`` also get the pyc pytest's assertion rewriter would write. A file
+    that does not compile, or whose compiling warns (a run must see that warning), gets none.
+    """
+    import ast
+    import importlib
+    import importlib.util
+    import py_compile
+    import warnings
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    resource.setrlimit(resource.RLIMIT_CPU, (120, 120))
+    rewrite: Any = None
+    with contextlib.suppress(ImportError):
+        rewrite = importlib.import_module("_pytest.assertion.rewrite")
+    if not (hasattr(rewrite, "_fix_code_filename") and hasattr(rewrite, "_write_pyc_fp")):
+        rewrite = None  # an older pytest: its pycs would carry the path they were made at
+    root, out, rewritten = job["root"], job["out"], set(job["rewrite"])
+    for rel in job["files"]:
+        source_path = os.path.join(root, rel)
+        pyc = importlib.util.cache_from_source(os.path.join(out, rel))
+        base = os.path.basename(rel)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                py_compile.compile(
+                    source_path,
+                    cfile=pyc,
+                    doraise=True,
+                    invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+                )
+            except (py_compile.PyCompileError, OSError, ValueError, RecursionError, MemoryError):
+                continue
+            if caught:
+                os.unlink(pyc)
+                continue
+            if rewrite is None or rel not in rewritten:
+                continue
+            with open(source_path, "rb") as f:
+                source = f.read()
+            try:  # as pytest's own _rewrite_test does
+                tree = ast.parse(source, filename=source_path)
+                rewrite.rewrite_asserts(tree, source, source_path, None)
+                code = compile(tree, source_path, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            if caught:
+                continue
+            with open(os.path.join(os.path.dirname(pyc), base[:-3] + rewrite.PYC_TAIL), "wb") as fp:
+                rewrite._write_pyc_fp(fp, importlib.util.source_hash(source), code)
+
+
 def main() -> None:
     """Build the boundary, then be the run's init (see the module docstring)."""
+    if sys.argv[1] == "--bytecode":
+        write_bytecode(json.load(sys.stdin))
+        return
     if sys.argv[1] == "--serve":
         sys.argv[1:] = [serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))]
     with open(sys.argv[1], encoding="utf-8") as f:

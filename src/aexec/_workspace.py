@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import configparser
 import ctypes
+import fnmatch
 import hashlib
+import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -284,11 +287,97 @@ def patch_paths(patch: str) -> list[str]:
     return paths
 
 
-def make_view(scratch: Scratch, repo: str | None) -> None:
+def make_view(scratch: Scratch, repo: str | None, bytecode: str | None = None) -> None:
+    """The run's cwd: a copy of ``repo`` (or empty), with ``bytecode``'s ``__pycache__``
+    dirs (`compile_bytecode`) laid over it."""
     if repo is None:
         os.mkdir(scratch.work)
     else:
         shutil.copytree(repo, scratch.work, symlinks=True, ignore=_ignore)
+        if bytecode is not None:
+            shutil.copytree(bytecode, scratch.work, dirs_exist_ok=True)
+
+
+#: A repo's modules are compiled once for all its runs only up to this much source;
+#: past it, each run compiles what it imports, as a plain interpreter would.
+BYTECODE_MAX_BYTES = 16 << 20
+BYTECODE_TIMEOUT_S = 120.0
+
+
+def python_sources(root: str) -> tuple[list[str], int]:
+    """The regular ``.py`` files a view of ``root`` holds (repo-relative), and their size."""
+    files, size = [], 0
+    for path in _walk(root):
+        st = os.lstat(path)
+        if path.endswith(".py") and stat.S_ISREG(st.st_mode):
+            files.append(os.path.relpath(path, root))
+            size += st.st_size
+    return files, size
+
+
+#: Test modules pytest finds by its default ``python_files``.
+TEST_FILES = ("test_*.py", "*_test.py")
+
+
+def rewritten_sources(files: Iterable[str], tests: Iterable[str] | None) -> list[str]:
+    """Which of ``files`` pytest's assertion rewriter would rewrite for the selection
+    ``tests`` (None: the whole suite): conftest files, the files named, and test modules
+    under the directories named. Rewriting is slow, so only these are rewritten ahead."""
+    named = None if tests is None else {os.path.normpath(t.split("::", 1)[0]) for t in tests}
+    whole = named is None or "." in named
+    out = []
+    for f in files:
+        base = os.path.basename(f)
+        testlike = any(fnmatch.fnmatch(base, p) for p in TEST_FILES)
+        selected = named is not None and f in named
+        under = testlike and (whole or any(f.startswith(d + os.sep) for d in named or ()))
+        if base == "conftest.py" or selected or under:
+            out.append(f)
+    return out
+
+
+def _publish(tmp: str, out: str) -> bool:
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        os.rename(tmp, out)
+    except OSError:  # another call made it first
+        return os.path.isdir(out)
+    return True
+
+
+async def compile_bytecode(python: str, repo: str, tests: Iterable[str] | None, out: str) -> bool:
+    """Compile ``repo``'s modules once, with the runs' own interpreter, into ``out``.
+
+    ``out`` mirrors the repo's directories with the ``__pycache__`` files a run would
+    otherwise compile afresh (`make_view` lays them over each view): checked-hash pycs
+    of every module, and pytest's rewritten pycs of what a run of the selection ``tests``
+    rewrites (see ``_driver.write_bytecode``). Nothing of the repo runs: only the
+    compiler reads it. False when there is nothing worth compiling or the compiler
+    failed; runs then compile for themselves.
+    """
+    files, size = await anyio.to_thread.run_sync(python_sources, repo)
+    if not files or size > BYTECODE_MAX_BYTES:
+        return False
+    tmp = f"{out}.tmp-{secrets.token_hex(4)}"
+    job = json.dumps({"root": repo, "out": tmp, "files": files, "rewrite": rewritten_sources(files, tests)})
+    ok = False
+    try:
+        with anyio.move_on_after(BYTECODE_TIMEOUT_S):
+            done = await anyio.run_process(
+                [python, "-I", DRIVER, "--bytecode"],
+                input=job.encode("utf-8", "surrogateescape"),
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                check=False,
+            )
+            ok = done.returncode == 0
+            if not ok:
+                log.warning("bytecode_failed", repo=repo, error=done.stderr.decode(errors="replace")[-300:])
+        if ok:
+            ok = await anyio.to_thread.run_sync(_publish, tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ok
 
 
 async def apply_patch(scratch: Scratch, patch: str) -> None:
