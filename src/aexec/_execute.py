@@ -50,6 +50,9 @@ KILL_WAIT_S = 5.0
 #: The most of the driver's report file that is read back.
 REPORT_CAP_BYTES = 16 * 1024 * 1024
 _CHUNK = 65536
+#: After a read that did not fill a chunk, the next waits this long: a chatty run (pytest's
+#: dot per test, written unbuffered) then costs aexec a wake-up per interval, not per write.
+_COALESCE_S = 0.005
 _CPU_PERIOD_US = 100_000
 #: Run cgroups are named ``aexec-<supervisor pid>-<run>``: a dead supervisor's are stale.
 CGROUP_PREFIX = "aexec-"
@@ -473,6 +476,8 @@ class _Sink:
                 if room > 0:
                     self.kept += chunk[:room]
                 self.dropped += max(0, len(chunk) - max(room, 0))
+                if len(chunk) < _CHUNK:
+                    await anyio.sleep(_COALESCE_S)
         finally:
             self.done.set()
 
