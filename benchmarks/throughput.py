@@ -452,16 +452,19 @@ def same_run(a: dict, b: dict) -> bool:
 def processes_run(cases: list[dict], observations: list[dict]) -> int:
     """How many candidate processes aexec ran, derived from its observations: one per
     observation it did not share, one more per confirming re-run, one per distinct
-    (repo, tests) before-run of a patched suite."""
+    (repo, tests, policy) before-run of a patched suite that no unpatched suite ran."""
     main = sum(1 for o in observations if not o.get("cache_hit") and o.get("verdict") != "error")
     reruns = sum(1 for o in observations if (o.get("flags") or {}).get("reverified"))
     reruns += sum(1 for o in observations if (o.get("flags") or {}).get("nondeterministic"))
-    befores = {
-        (c["repo"], tuple(c.get("tests") or ()))
-        for c in cases
-        if c["request_type"] == "run_suite" and c.get("patch")
-    }
-    return main + reruns + len(befores)
+
+    def unpatched(patched: bool) -> set[tuple[str, ...]]:
+        return {
+            (c["repo"], json.dumps(c.get("policy"), sort_keys=True), *(c.get("tests") or ()))
+            for c in cases
+            if c["request_type"] == "run_suite" and bool(c.get("patch")) == patched
+        }
+
+    return main + reruns + len(unpatched(True) - unpatched(False))
 
 
 def fig_corpus(rep: Report, args: argparse.Namespace) -> None:

@@ -19,13 +19,18 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def scratch_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private TMPDIR, so a test can check that every scratch root was removed."""
+    """A private TMPDIR, so a test can check that every scratch root was removed.
+
+    The process's compiled repos (which outlive a call by design) are kept beside it."""
     d = tmp_path / "scratch-tmp"
     d.mkdir()
     monkeypatch.setenv("TMPDIR", str(d))
     import tempfile
 
+    import aexec._api
+
     monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(aexec._api, "_bytecode_dir", str(tmp_path / "bytecode"))
     return d
 
 

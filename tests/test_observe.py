@@ -187,13 +187,18 @@ async def test_identical_candidates_and_before_runs_are_shared(
     fix = fix_patch(shop)
     old = (shop / CART).read_text()
     other = diff(CART, old, old.replace("round(subtotal - discount, 2)", "round(subtotal - discount, 3)"))
-    results = await observe_many([suite(shop, fix, id=1), suite(shop, fix, id=2), suite(shop, other, id=3)])
-    assert [r.id for r in results] == [1, 2, 3]
+    cs = [suite(shop, fix, id=1), suite(shop, fix, id=2), suite(shop, other, id=3), suite(shop, id=4)]
+    results = await observe_many(cs)
+    assert [r.id for r in results] == [1, 2, 3, 4]
     assert sorted(r.cache_hit for r in results[:2]) == [False, True]  # whichever ran first
-    assert not results[2].cache_hit
-    # fix: run + re-run; other: run (it fails); one shared before-run
+    assert not results[2].cache_hit and not results[3].cache_hit
+    # fix: run + re-run; other: run (it fails); one before-run, which is also the run of
+    # the unpatched candidate 4 (the same code, boundary and tests)
     assert runs == 4
     assert results[0].test_results == results[1].test_results
+    fixed = {t.test for t in results[0].test_results if t.f2p}
+    assert fixed and {t.test for t in results[3].test_results if t.verdict == "failed"} == fixed
+    assert results[3].verdict == "fail" and not results[3].flags.reverified
 
 
 async def test_results_keep_input_order_and_a_bad_candidate_names_its_index(shop: Path) -> None:

@@ -230,6 +230,9 @@ class _Session:
         self.cache = None if cache_dir is None or not dedup else DiskCache(cache_dir)
         self.observations: Inflight[ExecutionObservation] = Inflight() if dedup else _NoDedup()
         self.befores: Inflight[dict[str, TestVerdict]] = Inflight() if dedup else _NoDedup()
+        #: A before-run and the first run of an unpatched candidate on the same repo, tests
+        #: and boundary are one execution (`_unpatched_run`).
+        self.unpatched: Inflight[tuple[Run, bool]] = Inflight() if dedup else _NoDedup()
         #: A repo is hashed once per call, however many candidates share it.
         self.repo_hashes: Inflight[str] = Inflight()
         #: An interpreter is probed once per call (and once per change, with a cache).
@@ -587,8 +590,7 @@ async def _before_run(
             return {str(k): v for k, v in hit.items()}
 
     async def run() -> dict[str, TestVerdict]:
-        done = await _run_once(session, candidate, runner, env, tool, patch=None, touched=[])
-        assert not isinstance(done, PatchError)  # no patch, nothing to refuse
+        done = await _unpatched_run(session, candidate, runner, env, tool, repo_hash, declared)
         verdicts = {t.nodeid: t.verdict for t in done[0].evidence.tests}
         if session.cache is not None:
             session.cache.put(key, verdicts)
@@ -596,6 +598,36 @@ async def _before_run(
 
     verdicts, _ = await session.befores.run(key, run)
     return verdicts
+
+
+async def _unpatched_run(
+    session: _Session,
+    candidate: Candidate,
+    runner: Runner,
+    env: Environment,
+    tool: _Toolchain,
+    repo_hash: str | None,
+    declared: Mapping[str, Any],
+) -> tuple[Run, bool]:
+    """The candidate's selection on its repo as it is, run once per call (§3.6): the
+    before-run of every patched candidate and the first run of an unpatched one share it."""
+    key = cache_key(
+        aexec=VERSION,
+        role="unpatched",
+        code=artifact_version(repo_hash, None, candidate.code, candidate.command),
+        environment=declared,
+        tests=candidate.tests,
+        runner=runner,
+        toolchain=tool.fingerprint,
+    )
+
+    async def run() -> tuple[Run, bool]:
+        done = await _run_once(session, candidate, runner, env, tool, patch=None, touched=[])
+        assert not isinstance(done, PatchError)  # no patch, nothing to refuse
+        return done
+
+    done, _ = await session.unpatched.run(key, run)
+    return done
 
 
 async def _witness(
@@ -628,7 +660,13 @@ async def _witness(
                 before = await _before_run(session, candidate, runner, env, python, tool, repo_hash, declared)
 
             tg.start_soon(get_before)
-        done = await _run_once(session, candidate, runner, env, tool, patch=candidate.patch, touched=touched)
+        done: tuple[Run, bool] | PatchError
+        if runner == "pytest" and candidate.patch is None:
+            done = await _unpatched_run(session, candidate, runner, env, tool, repo_hash, declared)
+        else:
+            done = await _run_once(
+                session, candidate, runner, env, tool, patch=candidate.patch, touched=touched
+            )
         if isinstance(done, PatchError):
             tg.cancel_scope.cancel()  # no before-run is needed for a patch that cannot land
     if isinstance(done, PatchError):
