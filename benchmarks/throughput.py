@@ -457,14 +457,14 @@ def processes_run(cases: list[dict], observations: list[dict]) -> int:
     reruns = sum(1 for o in observations if (o.get("flags") or {}).get("reverified"))
     reruns += sum(1 for o in observations if (o.get("flags") or {}).get("nondeterministic"))
 
-    def unpatched(patched: bool) -> set[tuple[str, ...]]:
+    def suites(patched: bool) -> set[tuple[str, ...]]:
         return {
             (c["repo"], json.dumps(c.get("policy"), sort_keys=True), *(c.get("tests") or ()))
             for c in cases
             if c["request_type"] == "run_suite" and bool(c.get("patch")) == patched
         }
 
-    return main + reruns + len(unpatched(True) - unpatched(False))
+    return main + reruns + len(suites(patched=True) - suites(patched=False))
 
 
 def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
