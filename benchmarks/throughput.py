@@ -14,7 +14,10 @@ MISS):
    runner (copy the repo, ``git apply`` the patch, ``subprocess.run`` of pytest / python
    with pytest's plugins auto-loaded as a plain user gets them) and the same naive runner
    on ``os.cpu_count()`` threads. aexec does more work: before-runs for FAIL_TO_PASS,
-   a confirming re-run of every pass, the whole boundary.
+   a confirming re-run of every pass, the whole boundary. Beside them, the *floor*
+   (``benchmarks/floor.py``): the runs aexec made, each forked from a warm pytest on
+   every core, with trees prepared beforehand and nothing else, bounds the ratio any
+   observer that makes those runs can reach on this corpus.
 2. **Warm cache** — the same ``aexec observe`` again on the same cache dir: cold / warm.
 3. **Per-observation overhead** — a trivial snippet (``pass``) through ``aexec.observe``
    (sequential, no cache) vs a bare ``python -s -c pass`` under the same rlimits
@@ -244,6 +247,16 @@ def metered(fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
 # --------------------------------------------------------------------------------------
 # The naive runners
 # --------------------------------------------------------------------------------------
+
+
+FLOOR = "floor: aexec's runs, warm forks, nothing else"
+
+
+def run_floor(cases_path: Path, reruns: list[str]) -> dict:
+    """``benchmarks/floor.py`` on the corpus, in a fresh interpreter; ``reruns``: the ids
+    of the cases aexec re-ran to confirm."""
+    argv = [sys.executable, str(HERE / "floor.py"), str(cases_path), *reruns]
+    return dict(json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout))
 
 
 def case_timeout(request: dict) -> float:
@@ -540,7 +553,7 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
 
     base = cases_path.parent
     log(f"naive sequential: {n} cases")
-    (seq_wall, _), meters["naive sequential"] = metered(
+    (seq_wall, seq_out), meters["naive sequential"] = metered(
         lambda: run_sequential(lambda r: naive_case(r, base), requests)
     )
     log(f"naive sequential: {seq_wall:.1f}s")
@@ -559,6 +572,17 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         )
         fig["naive_concurrent_autoload_off_s"] = trim_wall
         log(f"naive concurrent, plugin autoload off: {trim_wall:.1f}s")
+    reruns = [o["id"] for o in obs if (o.get("flags") or {}).get("reverified")]
+    floor, meters[FLOOR] = metered(lambda: run_floor(cases_path, reruns))
+    log(f"floor: {floor['wall_s']:.1f}s")
+    naive_outcomes = ["timeout" if r["timed_out"] else r["rc"] for r in seq_out]
+    floor_same = sum(a == b for a, b in zip(floor["outcomes"], naive_outcomes, strict=True))
+    fig["floor"] = {
+        "wall_s": floor["wall_s"],
+        "runs": floor["runs"],
+        "packed_s": floor["run_s"] / CORES,
+        "outcomes_as_naive": floor_same,
+    }
     fig["load_after"] = load1()
     fig["contention"] = meters
     rep.figures["1_corpus_cold"] = fig
@@ -576,9 +600,18 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         rows.append(
             (f"naive concurrent ({CORES} thr), plugin autoload off", fig["naive_concurrent_autoload_off_s"])
         )
+    rows.append((FLOOR, floor["wall_s"]))
     for name, wall in rows:
         other = meters[name]["others_share"] * 100
         print(f"    {name:<44}{wall:>9.1f}{rates(n, wall):>9.2f}{wall / a:>9.2f}x{other:>11.0f}%")
+    packed = fig["floor"]["packed_s"]
+    print(
+        f"    floor (benchmarks/floor.py): aexec's {floor['runs']} runs, trees prepared and bytecode "
+        f"written beforehand, each forked from a warm pytest; no boundary, no parsing. Exit status "
+        f"as the naive runner's on {floor_same}/{n}. naive sequential / floor = "
+        f"{seq_wall / floor['wall_s']:.2f}x ({seq_wall / packed:.2f}x with the runs packed perfectly "
+        f"on {CORES} cores, {packed:.1f}s): the most goal 1's ratio can be here"
+    )
     print(
         f"    aexec ran ≈{procs} processes for {n} cases (before-runs, {fig['aexec_cold']['reverified']} "
         f"confirming re-runs), the naive runners {n}; aexec agrees with the labels on {agree}/{n}, "

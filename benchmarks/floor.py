@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""The floor of figure 1: aexec's runs of the corpus, as fast as this machine allows.
+
+    python benchmarks/floor.py CASES.jsonl [ID ...]      (one JSON object on stdout)
+
+Before the clock starts, every run's tree is prepared the naive way (a copy of the repo,
+``git apply``) and run once with a deadline of at most ``WARM_UP_S``, so that its
+bytecode is written. Then, timed, the runs aexec makes: each case once, a confirming
+re-run of each case named by an ``ID``, and a before-run of the unpatched repo for each
+(repo, tests, policy) of a patched suite that no unpatched suite runs. Each run is a child
+forked from a warm worker that has already imported pytest and its built-in plugins
+(plugin auto-load off, as in aexec), running ``pytest.main`` or the snippet's ``exec``
+itself: no interpreter start-up, no boundary, no repo view, no parsing; output is thrown
+away. ``os.cpu_count()`` workers take the runs in input order (a before-run just before
+its case, a re-run just after), under the naive runners' rlimits and deadlines. An
+observer that makes these runs takes at least this long, so ``naive sequential / floor``
+bounds the ratio goal 1 can reach on this corpus. ``run_s`` is the sum of the runs' own
+times: ``run_s / cores`` is the floor in any order, packed perfectly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import multiprocessing
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+import compileall
+import py_compile
+
+import _pytest.config
+import pytest
+
+for _name in _pytest.config.default_plugins:
+    try:
+        __import__(f"_pytest.{_name}")
+    except ImportError:
+        pass
+
+#: As in ``throughput.py``: aexec's declared defaults, which every runner gets.
+MODE_TIMEOUT = {"build_check": 60.0, "run_entry": 30.0, "run_suite": 120.0, "probe": 30.0}
+RAM_MIB = DISK_MIB = 512
+OPEN_FILES = 1024
+PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "--color=no"]
+#: The untimed first pass cuts runs here: long enough for every run that does not hang.
+WARM_UP_S = 2.0
+
+#: A run: (case, its prepared tree, its scratch dir).
+Run = tuple[dict[str, Any], str, str]
+RUNS: list[Run] = []
+
+
+def run(request: dict[str, Any], work: str, scratch: str) -> NoReturn:
+    """In the forked child: the case itself, then exit with its status."""
+    rt, shape = request["request_type"], request["artifact_shape"]
+    if shape == "command":
+        os.execvp(request["command"][0], request["command"])
+    sys.path[0] = work  # as `python -m pytest` and `python -c` have the cwd
+    if rt == "run_suite":
+        os._exit(int(pytest.main([*PYTEST_ARGS, *request.get("tests", [])])))
+    if rt == "build_check":
+        if "code" not in request:
+            os._exit(0 if compileall.compile_dir(".", quiet=1) else 1)
+        path = Path(scratch) / "candidate.py"
+        path.write_text(request["code"])
+        try:
+            py_compile.compile(str(path), doraise=True)
+        except py_compile.PyCompileError:
+            os._exit(1)
+        os._exit(0)
+    try:
+        exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+    except SystemExit as e:
+        os._exit(e.code if isinstance(e.code, int) else 1)
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+
+
+def limit() -> None:
+    for which, value in (
+        (resource.RLIMIT_AS, RAM_MIB << 20),
+        (resource.RLIMIT_FSIZE, DISK_MIB << 20),
+        (resource.RLIMIT_NOFILE, OPEN_FILES),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(which, (value, value))
+
+
+def timeout(request: dict[str, Any]) -> float:
+    return float((request.get("policy") or {}).get("timeout_s", MODE_TIMEOUT[request["request_type"]]))
+
+
+def one(i: int, cap: float) -> tuple[int | str, float]:
+    """Run ``i`` with a deadline of at most ``cap`` seconds: its exit status (or
+    ``"timeout"``) and how long it took."""
+    request, work, scratch = RUNS[i]
+    if not work:  # the patch did not apply: nothing to run
+        return 1, 0.0
+    t0 = time.monotonic()
+    deadline = t0 + min(cap, timeout(request))
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.setsid()
+        os.chdir(work)
+        limit()
+        run(request, work, scratch)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), time.monotonic() - t0
+        if time.monotonic() >= deadline:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "timeout", time.monotonic() - t0
+        time.sleep(0.005)
+
+
+def prepare(request: dict[str, Any], base: Path, root: Path, patched: bool = True) -> tuple[str, str]:
+    """A tree for ``request`` under ``root``, as the naive runner makes it; "" if its patch fails."""
+    scratch = Path(tempfile.mkdtemp(dir=root))
+    work = scratch / "work"
+    if "repo" not in request:
+        work.mkdir()
+        return str(work), str(scratch)
+    shutil.copytree(base / request["repo"], work, symlinks=True)
+    if patched and request.get("patch"):
+        patch = scratch / "candidate.patch"
+        patch.write_text(request["patch"])
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(scratch))
+        if subprocess.run(
+            ["git", "apply", "-p1", str(patch)], cwd=work, capture_output=True, env=env
+        ).returncode:
+            return "", str(scratch)
+    return str(work), str(scratch)
+
+
+def pool_map(indices: list[int], cap: float = math.inf) -> list[tuple[int | str, float]]:
+    with multiprocessing.get_context("fork").Pool(os.cpu_count()) as pool:
+        return list(pool.imap(functools.partial(one, cap=cap), indices, chunksize=1))
+
+
+def suite_key(c: dict[str, Any]) -> str:
+    return json.dumps([c["repo"], c.get("tests"), c.get("policy")], sort_keys=True)
+
+
+def main() -> None:
+    cases_path = Path(sys.argv[1]).resolve()
+    base = cases_path.parent
+    cases = [json.loads(ln) for ln in cases_path.read_text().splitlines() if ln.strip()]
+    with tempfile.TemporaryDirectory(prefix="aexec-floor-") as td:
+        root = Path(td)
+        RUNS.extend((c, *prepare(c, base, root)) for c in cases)
+        # The before-runs: one unpatched tree per patched suite no unpatched suite covers.
+        suites = [c for c in cases if c["request_type"] == "run_suite"]
+        unpatched = {suite_key(c) for c in suites if not c.get("patch")}
+        before: dict[str, int] = {}
+        for c in suites:
+            if c.get("patch") and suite_key(c) not in unpatched and suite_key(c) not in before:
+                before[suite_key(c)] = len(RUNS)
+                RUNS.append(({k: v for k, v in c.items() if k != "patch"}, *prepare(c, base, root, False)))
+        # Untimed, each run once with a deadline of at most WARM_UP_S: bytecode written.
+        pool_map(list(range(len(RUNS))), WARM_UP_S)
+        reruns = set(sys.argv[2:])
+        order: list[int] = []
+        first: list[int] = []
+        for i, c in enumerate(cases):
+            if c["request_type"] == "run_suite" and c.get("patch") and suite_key(c) in before:
+                order.append(before.pop(suite_key(c)))
+            first.append(len(order))
+            order.append(i)
+            if c["id"] in reruns:
+                order.append(i)
+        t0 = time.perf_counter()
+        outcomes = pool_map(order)
+        wall = time.perf_counter() - t0
+    print(
+        json.dumps(
+            {
+                "wall_s": wall,
+                "runs": len(order),
+                "run_s": sum(t for _, t in outcomes),
+                "outcomes": [outcomes[k][0] for k in first],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
