@@ -26,9 +26,7 @@ import math
 import multiprocessing
 import os
 import resource
-import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,31 +40,29 @@ import py_compile
 import _pytest.config
 import pytest
 
+from throughput import DISK_MIB, OPEN_FILES, PYTEST_TRIMMED, RAM_MIB, case_timeout, naive_tree
+
 for _name in _pytest.config.default_plugins:
     try:
         __import__(f"_pytest.{_name}")
     except ImportError:
         pass
 
-#: As in ``throughput.py``: aexec's declared defaults, which every runner gets.
-MODE_TIMEOUT = {"build_check": 60.0, "run_entry": 30.0, "run_suite": 120.0, "probe": 30.0}
-RAM_MIB = DISK_MIB = 512
-OPEN_FILES = 1024
-PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "--color=no"]
+PYTEST_ARGS = PYTEST_TRIMMED[2:]  # without "-m pytest"
 #: The untimed first pass cuts runs here: long enough for every run that does not hang.
 WARM_UP_S = 2.0
 
-#: A run: (case, its prepared tree, its scratch dir).
-Run = tuple[dict[str, Any], str, str]
+#: A run: (case, its prepared tree, its scratch dir, git apply's exit status).
+Run = tuple[dict[str, Any], Path, str, int]
 RUNS: list[Run] = []
 
 
-def run(request: dict[str, Any], work: str, scratch: str) -> NoReturn:
+def run(request: dict[str, Any], work: Path, scratch: str) -> NoReturn:
     """In the forked child: the case itself, then exit with its status."""
     rt, shape = request["request_type"], request["artifact_shape"]
     if shape == "command":
         os.execvp(request["command"][0], request["command"])
-    sys.path[0] = work  # as `python -m pytest` and `python -c` have the cwd
+    sys.path[0] = str(work)  # as `python -m pytest` and `python -c` have the cwd
     if rt == "run_suite":
         os._exit(int(pytest.main([*PYTEST_ARGS, *request.get("tests", [])])))
     if rt == "build_check":
@@ -98,18 +94,14 @@ def limit() -> None:
         resource.setrlimit(which, (value, value))
 
 
-def timeout(request: dict[str, Any]) -> float:
-    return float((request.get("policy") or {}).get("timeout_s", MODE_TIMEOUT[request["request_type"]]))
-
-
 def one(i: int, cap: float) -> tuple[int | str, float]:
     """Run ``i`` with a deadline of at most ``cap`` seconds: its exit status (or
     ``"timeout"``) and how long it took."""
-    request, work, scratch = RUNS[i]
-    if not work:  # the patch did not apply: nothing to run
-        return 1, 0.0
+    request, work, scratch, applied = RUNS[i]
+    if applied != 0:  # the patch did not apply: nothing to run
+        return applied, 0.0
     t0 = time.monotonic()
-    deadline = t0 + min(cap, timeout(request))
+    deadline = t0 + min(cap, case_timeout(request))
     pid = os.fork()
     if pid == 0:
         null = os.open(os.devnull, os.O_RDWR)
@@ -130,23 +122,11 @@ def one(i: int, cap: float) -> tuple[int | str, float]:
         time.sleep(0.005)
 
 
-def prepare(request: dict[str, Any], base: Path, root: Path, patched: bool = True) -> tuple[str, str]:
-    """A tree for ``request`` under ``root``, as the naive runner makes it; "" if its patch fails."""
-    scratch = Path(tempfile.mkdtemp(dir=root))
-    work = scratch / "work"
-    if "repo" not in request:
-        work.mkdir()
-        return str(work), str(scratch)
-    shutil.copytree(base / request["repo"], work, symlinks=True)
-    if patched and request.get("patch"):
-        patch = scratch / "candidate.patch"
-        patch.write_text(request["patch"])
-        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(scratch))
-        if subprocess.run(
-            ["git", "apply", "-p1", str(patch)], cwd=work, capture_output=True, env=env
-        ).returncode:
-            return "", str(scratch)
-    return str(work), str(scratch)
+def prepare(request: dict[str, Any], base: Path, root: Path) -> Run:
+    """A run of ``request`` in a tree of its own under ``root``, as the naive runner makes it."""
+    scratch = tempfile.mkdtemp(dir=root)
+    work, applied = naive_tree(request, base, scratch)
+    return request, work, scratch, applied
 
 
 def pool_map(indices: list[int], cap: float = math.inf) -> list[tuple[int | str, float]]:
@@ -164,7 +144,7 @@ def main() -> None:
     cases = [json.loads(ln) for ln in cases_path.read_text().splitlines() if ln.strip()]
     with tempfile.TemporaryDirectory(prefix="aexec-floor-") as td:
         root = Path(td)
-        RUNS.extend((c, *prepare(c, base, root)) for c in cases)
+        RUNS.extend(prepare(c, base, root) for c in cases)
         # The before-runs: one unpatched tree per patched suite no unpatched suite covers.
         suites = [c for c in cases if c["request_type"] == "run_suite"]
         unpatched = {suite_key(c) for c in suites if not c.get("patch")}
@@ -172,7 +152,7 @@ def main() -> None:
         for c in suites:
             if c.get("patch") and suite_key(c) not in unpatched and suite_key(c) not in before:
                 before[suite_key(c)] = len(RUNS)
-                RUNS.append(({k: v for k, v in c.items() if k != "patch"}, *prepare(c, base, root, False)))
+                RUNS.append(prepare({k: v for k, v in c.items() if k != "patch"}, base, root))
         # Untimed, each run once with a deadline of at most WARM_UP_S: bytecode written.
         pool_map(list(range(len(RUNS))), WARM_UP_S)
         reruns = set(sys.argv[2:])

@@ -264,6 +264,25 @@ def case_timeout(request: dict) -> float:
     return float(pol.get("timeout_s", MODE_TIMEOUT[request["request_type"]]))
 
 
+def naive_tree(request: dict, base: Path, td: str) -> tuple[Path, int]:
+    """The naive runner's tree for ``request`` in ``td``: a copy of its repo with the patch
+    ``git apply``'d (an empty dir without a repo), and git's exit status (0: applied)."""
+    if "repo" not in request:
+        work = Path(td) / "scratch"
+        work.mkdir()
+        return work, 0
+    work = Path(td) / "repo"
+    shutil.copytree(base / request["repo"], work, symlinks=True)
+    if not request.get("patch"):
+        return work, 0
+    pf = Path(td) / "candidate.patch"
+    pf.write_text(request["patch"])
+    genv = dict(os.environ, GIT_CEILING_DIRECTORIES=td)
+    return work, subprocess.run(
+        ["git", "apply", "-p1", str(pf)], cwd=work, capture_output=True, env=genv
+    ).returncode
+
+
 def naive_case(request: dict, base: Path, env: dict[str, str] | None = None) -> dict:
     """A request the naive way: a copy of the repo, ``git apply``, one bare subprocess of
     pytest (``-q -p no:cacheprovider``, plugins as the environment has them) or python,
@@ -271,19 +290,9 @@ def naive_case(request: dict, base: Path, env: dict[str, str] | None = None) -> 
     tmo = case_timeout(request)
     ram = int((request.get("policy") or {}).get("ram_mib", RAM_MIB))
     with tempfile.TemporaryDirectory(prefix="aexec-naive-") as td:
-        if "repo" in request:
-            work = Path(td) / "repo"
-            shutil.copytree(base / request["repo"], work, symlinks=True)
-            if request.get("patch"):
-                pf = Path(td) / "candidate.patch"
-                pf.write_text(request["patch"])
-                genv = dict(os.environ, GIT_CEILING_DIRECTORIES=td)
-                r = subprocess.run(["git", "apply", "-p1", str(pf)], cwd=work, capture_output=True, env=genv)
-                if r.returncode != 0:
-                    return {"rc": r.returncode, "timed_out": False, "duration": 0.0, "out_bytes": 0}
-        else:
-            work = Path(td) / "scratch"
-            work.mkdir()
+        work, rc = naive_tree(request, base, td)
+        if rc != 0:
+            return {"rc": rc, "timed_out": False, "duration": 0.0, "out_bytes": 0}
         rt, shape = request["request_type"], request["artifact_shape"]
         if shape == "command":
             argv = list(request["command"])
