@@ -35,7 +35,7 @@ PYTEST = ["-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q"]
 WORKER = """
 import json, sys, time, anyio
 from aexec import Candidate, observe
-from aexec._execute import detect_isolation
+from aexec._boundary.isolation import detect_isolation
 
 kind, repo, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 # The naive baselines and the metrics are the §7 harness's own (``aexec ab`` uses the
 # same code), so the two reports cannot drift apart.
-from aexec._ab import baseline_a, baseline_b, metrics, naive_run
+from aexec._ab.harness import baseline_a, baseline_b, metrics, naive_run
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS = HERE / ".work"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import aexec
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -21,16 +23,14 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 def scratch_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private TMPDIR, so a test can check that every scratch root was removed.
 
-    The process's compiled repos (which outlive a call by design) are kept beside it."""
+    The observers the test used are closed when it ends (their compiled repos, which
+    outlive a call by design, live in the scratch base until then)."""
     d = tmp_path / "scratch-tmp"
     d.mkdir()
     monkeypatch.setenv("TMPDIR", str(d))
     import tempfile
 
-    import aexec._api
-
     monkeypatch.setattr(tempfile, "tempdir", None)
-    monkeypatch.setattr(aexec._api, "_bytecode_dir", str(tmp_path / "bytecode"))
     return d
 
 
@@ -74,6 +74,34 @@ def diff(path: str, old: str, new: str) -> str:
     elif not new:
         head += "deleted file mode 100644\n"
     return head + "".join(difflib.unified_diff(a, b, src, dst))
+
+
+def scratch_roots(base: Path) -> list[str]:
+    """The scratch roots left under ``base``; an observer's compiled-bytecode store (which
+    outlives a call by design, until the observer is closed) is not one."""
+    return sorted(p.name for p in base.iterdir() if "-bytecode-" not in p.name)
+
+
+class CountingSupervisor:
+    """A `aexec.Supervisor` that counts the runs it is handed (and those a warm fork
+    server starts) and runs them with the real one."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.served = 0
+        self._real = aexec.LocalSupervisor()
+
+    async def execute(self, invocation: aexec.Invocation) -> aexec.RawRun:
+        self.runs += 1
+        self.served += invocation.server is not None
+        return await self._real.execute(invocation)
+
+
+class RefusingSupervisor:
+    """A `aexec.Supervisor` for paths that must not run anything."""
+
+    async def execute(self, invocation: aexec.Invocation) -> aexec.RawRun:
+        raise AssertionError("the execute stage ran")
 
 
 def live_pids_with(marker: str) -> list[int]:

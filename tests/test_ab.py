@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from aexec import RequestError, ScriptedProber
-from aexec._ab import (
+from aexec._ab.harness import (
     Label,
     guess_class,
     load_corpus,

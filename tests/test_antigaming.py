@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aexec import Candidate, ScriptedProber, discriminate, observe
-from aexec._workspace import hash_tree
+from aexec._boundary.trees import hash_tree
 
 from .conftest import diff
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aexec._assemble import reconcile, tag, touches_oracle
-from aexec._parse import Evidence, ParsedTest
+from aexec._stages.assemble import reconcile, tag, touches_oracle
+from aexec._stages.parse import Evidence, ParsedTest
 
 
 @pytest.mark.parametrize(

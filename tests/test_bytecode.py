@@ -16,8 +16,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aexec import Candidate, observe_many
-from aexec._workspace import Scratch, compile_bytecode, make_view, rewritten_sources
+from aexec import Candidate, Options, observe_many
+from aexec._boundary.bytecode import compile_bytecode, rewritten_sources
+from aexec._boundary.scratch import make_view
+from aexec._stages.plan import Scratch
 
 from .conftest import MakeRepo, diff
 from .test_levers import comparable
@@ -148,9 +150,7 @@ def test_a_view_runs_from_the_compiled_modules_and_never_from_stale_ones(
 
 
 @pytest.mark.anyio
-async def test_observations_are_the_same_without_it(
-    make_repo: MakeRepo, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+async def test_observations_are_the_same_without_it(make_repo: MakeRepo, tmp_path: Path) -> None:
     repo = make_repo(REPO)
     fix = diff("pkg/calc.py", REPO["pkg/calc.py"], "def add(a, b):\n    return a + b\n")
     cands = [
@@ -158,22 +158,11 @@ async def test_observations_are_the_same_without_it(
         Candidate("run_suite", "patch", id="fix", repo=str(repo), tests=("tests/test_calc.py",), patch=fix),
         Candidate("run_suite", "test_subset", id="all", repo=str(repo), tests=None),
     ]
-    import aexec._api as api
-
-    compiled = 0
-    real = api.compile_bytecode
-
-    async def counting(*args: object) -> bool:
-        nonlocal compiled
-        compiled += 1
-        return await real(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(api, "compile_bytecode", counting)
-    with_it = await observe_many(cands, cache_dir=str(tmp_path / "cache"))
-    assert compiled == 1  # one repo, one call: compiled once
-    monkeypatch.setenv("AEXEC_NO_BYTECODE", "1")
-    without = await observe_many(cands)
-    assert compiled == 1
+    cache = tmp_path / "cache"
+    with_it = await observe_many(cands, cache_dir=str(cache))
+    assert len(os.listdir(cache / "bytecode")) == 1  # one repo, one call: compiled once
+    without = await observe_many(cands, options=Options(bytecode=False), cache_dir=str(tmp_path / "c2"))
+    assert not (tmp_path / "c2" / "bytecode").exists()  # nothing compiled ahead
     assert [o.verdict for o in with_it] == ["fail", "pass", "fail"]
     for a, b in zip(with_it, without, strict=True):
         assert comparable(a) == comparable(b), a.id

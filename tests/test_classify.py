@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aexec import Candidate, RequestError
-from aexec._classify import check, classify
+from aexec._stages.classify import check, classify
 from aexec._types import ARTIFACT_SHAPES, REQUEST_TYPES
 
 TABLE = {

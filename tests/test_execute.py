@@ -14,7 +14,9 @@ import anyio
 import attrs
 import pytest
 
-from aexec._execute import Caps, Invocation, Isolation, detect_isolation, execute
+from aexec._boundary.cgroups import Caps
+from aexec._boundary.isolation import Isolation, detect_isolation
+from aexec._boundary.supervise import Invocation, execute
 
 from .conftest import live_pids_with
 
@@ -53,7 +55,7 @@ if sys.argv[3] == "hang":
 
 
 async def test_timeout_kills_within_a_second_of_the_deadline(tmp_path: Path) -> None:
-    run = await execute(inv("import time; time.sleep(60)", tmp_path, timeout=1.0), NS)
+    run = await execute(attrs.evolve(inv("import time; time.sleep(60)", tmp_path, timeout=1.0), isolation=NS))
     assert run.timed_out
     assert run.exit_code is None
     assert 1.0 <= run.duration < 2.0
@@ -83,7 +85,9 @@ async def test_the_run_cgroup_kills_a_setsid_grandchild(tmp_path: Path, ending: 
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
-        run = await execute(invocation, Isolation(namespaces=False, cgroups=CG.cgroups))
+        run = await execute(
+            attrs.evolve(invocation, isolation=Isolation(namespaces=False, cgroups=CG.cgroups))
+        )
     assert run.timed_out is (ending == "hang")
     assert seen_alive, "the grandchild never ran, so the test proves nothing"
     assert live_pids_with(marker) == []
@@ -100,7 +104,7 @@ async def test_process_group_fallback_kills_the_group(tmp_path: Path) -> None:
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
         "time.sleep(300)\n"
     )
-    run = await execute(inv(code, tmp_path, 1.5, marker), fallback)
+    run = await execute(attrs.evolve(inv(code, tmp_path, 1.5, marker), isolation=fallback))
     assert run.timed_out
     assert live_pids_with(marker) == []
 
@@ -116,7 +120,7 @@ def _peak_rss_kib() -> int:
 async def test_a_gigabyte_of_output_is_capped_and_memory_stays_bounded(tmp_path: Path) -> None:
     code = "import os\nb = b'x' * (1 << 20)\nfor _ in range(1024):\n    os.write(1, b)\nos.write(2, b'e' * 100000)\n"
     before = _peak_rss_kib()
-    run = await execute(inv(code, tmp_path, 60.0), NS)
+    run = await execute(attrs.evolve(inv(code, tmp_path, 60.0), isolation=NS))
     grown_mib = (_peak_rss_kib() - before) / 1024
     assert run.exit_code == 0
     kept, marker = run.stdout[: 64 * 1024], run.stdout[64 * 1024 :]

@@ -1,7 +1,7 @@
 """The warm fork server (issue 5): a run forked from it is a cold run, started sooner.
 
 Each test compares real runs with the server (the default) against the same runs with
-``AEXEC_NO_FORKSERVER=1`` (a fresh interpreter per run), or checks the host afterwards.
+``Options(forkserver=False)`` (a fresh interpreter per run), or checks the host afterwards.
 The hostile tests of ``test_isolation.py`` run through the server too, as every run does.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from aexec import Candidate, observe_many
+from aexec import Candidate, Options, observe_many
 
 from .conftest import MakeRepo
 from .test_levers import comparable
@@ -63,11 +63,9 @@ def served_pids() -> list[int]:
     return found
 
 
-async def both(cands: list[Candidate], monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any]]:
+async def both(cands: list[Candidate]) -> tuple[list[Any], list[Any]]:
     warm = await observe_many(cands)
-    monkeypatch.setenv("AEXEC_NO_FORKSERVER", "1")
-    cold = await observe_many(cands)
-    monkeypatch.delenv("AEXEC_NO_FORKSERVER")
+    cold = await observe_many(cands, options=Options(forkserver=False))
     return warm, cold
 
 
@@ -79,7 +77,7 @@ async def test_a_forked_run_starts_as_a_fresh_interpreter_would(
         f"def test_it():\n    exec(compile({INTROSPECT!r}, 'x', 'exec'), {{}})\n    assert False\n"
     )
     suite = Candidate("run_suite", "test_subset", repo=str(tmp_path), tests=["test_it.py"])
-    warm, cold = await both([snippet, suite], monkeypatch)
+    warm, cold = await both([snippet, suite])
     assert '"fds": [0, 1, 2' in cold[0].stdout and "fds" in cold[1].stdout
     for w, c in zip(warm, cold, strict=True):
         assert comparable(w) == comparable(c)  # stdout (the introspection) included
@@ -97,7 +95,7 @@ async def test_a_repo_shadowing_a_module_the_server_imported_runs_cold(
         }
     )
     cand = Candidate("run_suite", "test_subset", repo=str(repo), tests=["test_a.py"])
-    warm, cold = await both([cand], monkeypatch)
+    warm, cold = await both([cand])
     assert "SHADOW" in warm[0].stderr
     assert comparable(warm[0]) == comparable(cold[0])
 
@@ -169,6 +167,6 @@ async def test_an_interpreter_without_pytest_gets_cold_runs_and_the_same_observa
         tests=["test_a.py"],
         python=str(venv / "bin" / "python"),
     )
-    warm, cold = await both([cand], monkeypatch)
+    warm, cold = await both([cand])
     assert warm[0].verdict != "error" and "pytest" in (warm[0].failure.message if warm[0].failure else "")
     assert comparable(warm[0]) == comparable(cold[0])

@@ -26,10 +26,11 @@ import anyio
 import pytest
 
 from aexec import Candidate, ExecutionObservation, Policy, observe, observe_many
-from aexec._execute import detect_isolation
-from aexec._workspace import hash_tree, sweep_stale_scratch
+from aexec._boundary.isolation import detect_isolation
+from aexec._boundary.leftovers import sweep_scratch
+from aexec._boundary.trees import hash_tree
 
-from .conftest import MakeRepo, live_pids_with
+from .conftest import MakeRepo, live_pids_with, scratch_roots
 
 pytestmark = pytest.mark.anyio
 
@@ -245,7 +246,7 @@ async def test_nothing_outlives_cancellation(scratch_tmp: Path) -> None:
             await observe(snippet(hang_with_children(marker, "double_fork")))
     assert scope.cancelled_caught and alive
     assert live_pids_with(marker) == []
-    assert list(scratch_tmp.iterdir()) == [] and mounts_under(scratch_tmp) == []
+    assert scratch_roots(scratch_tmp) == [] and mounts_under(scratch_tmp) == []
 
 
 # 4. The supervisor is out of reach
@@ -443,7 +444,7 @@ async def test_scratch_roots_mounts_and_cgroups_are_gone_after_every_ending(scra
     results: list[ExecutionObservation] = await observe_many(endings)
     roots = {r.environment.fs_boundary.scratch_root for r in results}
     assert all(root.startswith(str(scratch_tmp)) for root in roots)  # TMPDIR is honoured
-    assert list(scratch_tmp.iterdir()) == []
+    assert scratch_roots(scratch_tmp) == []
     assert mounts_under(scratch_tmp) == []
     assert aexec_cgroups() == []
 
@@ -458,7 +459,7 @@ def test_stale_scratch_of_a_dead_aexec_is_swept(scratch_tmp: Path) -> None:
     (stale / "work").mkdir()
     live = scratch_tmp / f"aexec-{os.getpid()}-running"
     live.mkdir()
-    sweep_stale_scratch()
+    sweep_scratch(str(scratch_tmp))
     assert not stale.exists() and mounts_under(stale) == []
     assert live.exists()  # a live aexec's scratch is left alone
     live.rmdir()

@@ -1,90 +1,191 @@
-"""The architecture as a test: imports point one way; one public surface."""
+"""The architecture as a test: where each module sits, and imports point one way.
+
+The layers (``docs/architecture.md`` draws them). A module may import only from its own
+layer's earlier modules and from lower layers; ``__init__`` and the CLI sit on top and
+import the optional parts lazily (inside functions, or through ``__getattr__``).
+"""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import aexec
 
 SRC = Path(aexec.__file__).parent
 
-LAYER = {
-    "_types": 0,
-    "_errors": 0,
-    "_records": 1,
-    # pure stages, in pipeline order: each may use the ones before it
-    "_classify": 2.0,
-    "_policy": 2.1,
-    "_parse": 2.2,
-    "_normalize": 2.3,
-    "_assemble": 2.4,
-    "_workspace": 3,
-    # the warm fork server behind stage (c): execute starts runs through it
-    "_forkserver": 2.9,
-    "_execute": 3,
-    "_cache": 3,
-    "_serde": 3,
-    "_probe": 3,
-    "_api": 4,
-    # scale-out: runs _api's pipeline inside Ray tasks (imports ray only inside functions)
-    "_ray": 4.5,
-    "_discriminate": 4.5,
-    "_ab": 4.6,
-    "_cli": 5,
-    "__main__": 5,
-    "__init__": 5,
-}
-PURE = {"_classify", "_policy", "_parse", "_normalize", "_assemble"}
+#: module (dotted, under aexec) -> layer. Within a layer, a module may import those
+#: listed before it.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("0 wire and facts", ["_wire", "_types", "_errors", "_log"]),
+    ("1 records and options", ["_records", "_options"]),
+    (
+        "2 pure stages",
+        [
+            "_stages",
+            "_stages.classify",
+            "_stages.policy",
+            "_stages.keys",
+            "_stages.plan",
+            "_stages.parse",
+            "_stages.normalize",
+            "_stages.assemble",
+            "_serde",
+        ],
+    ),
+    (
+        "3 boundary and process shell",
+        [
+            "_boundary",
+            "_boundary.trees",
+            "_boundary.scratch",
+            "_boundary.patch",
+            "_boundary.bytecode",
+            "_boundary.cgroups",
+            "_boundary.leftovers",
+            "_boundary.isolation",
+            "_boundary.admission",
+            "_boundary.forkserver",
+            "_boundary.supervise",
+        ],
+    ),
+    (
+        "4 pipeline",
+        [
+            "_pipeline",
+            "_pipeline.cache",
+            "_pipeline.toolchain",
+            "_pipeline.session",
+            "_pipeline.run",
+            "_pipeline.witness",
+            "_pipeline.observer",
+        ],
+    ),
+    ("5 front door", ["_api"]),
+    (
+        "6 optional parts (lazy)",
+        [
+            "_discrimination",
+            "_discrimination.probe",
+            "_discrimination.discriminate",
+            "_scaleout",
+            "_scaleout.ray",
+            "_ab",
+            "_ab.harness",
+        ],
+    ),
+    ("7 entry points", ["_cli", "__main__", "__init__"]),
+]
+ORDER = {m: (i, j) for i, (_, mods) in enumerate(LAYERS) for j, m in enumerate(mods)}
+PURE = {m for m in ORDER if m.startswith("_stages") or m in ("_wire", "_types", "_errors", "_records")}
 IO_MODULES = {"anyio", "subprocess", "shutil", "tempfile", "socket", "asyncio", "trio"}
+OPTIONAL = {m for m in ORDER if ORDER[m][0] == 6}
+#: Not imported at all: run by path inside the boundary.
+DRIVER = "_boundary.driver"
 
 
-def _imports(path: Path) -> set[str]:
+def _name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_name(p): p for p in SRC.rglob("*.py")}
+
+
+def _imports(path: Path, module: str, *, top_level_only: bool = False) -> set[str]:
+    """What ``path`` imports, as dotted names under aexec for relative imports."""
     tree = ast.parse(path.read_text())
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
     out = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom):
-            out.add(("." * node.level) + (node.module or ""))
+            if node.level:
+                base = package[: len(package) - node.level + 1] if node.level > 1 else package
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                names = [target] if node.module else [".".join([*base, a.name]) for a in node.names]
+                out.update("." + n for n in names)
+            else:
+                out.add(node.module or "")
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
     return out
 
 
+def _resolve(target: str) -> str:
+    """The longest module of ``ORDER`` that ``target`` names (a name imported from it)."""
+    parts = target.split(".")
+    while parts and ".".join(parts) not in ORDER:
+        parts.pop()
+    return ".".join(parts)
+
+
 def test_every_module_has_a_layer() -> None:
-    names = {p.stem for p in SRC.glob("*.py")} - {"_driver"}
-    assert names == set(LAYER)
+    assert set(_modules()) - {DRIVER, "__init__"} | {"__init__"} == set(ORDER) | {"__init__"}
 
 
 def test_imports_point_downward_only() -> None:
-    for name, layer in LAYER.items():
-        for imp in _imports(SRC / f"{name}.py"):
-            if imp.startswith("."):
-                target = imp.lstrip(".").split(".")[0]
-                if target:
-                    assert LAYER[target] < layer or (LAYER[target] == layer and layer >= 5), (
-                        f"{name} imports {target}"
-                    )
+    for name, path in _modules().items():
+        if name == DRIVER:
+            continue
+        for imp in _imports(path, "" if name == "__init__" else name):
+            if not imp.startswith("."):
+                continue
+            target = _resolve(imp.lstrip("."))
+            if not target or target == name:
+                continue
+            assert ORDER[target] < ORDER[name] or name in ("__init__", "_cli"), f"{name} imports {target}"
+
+
+def test_optional_parts_are_imported_lazily() -> None:
+    """``import aexec`` (and the CLI's start) imports no optional part at module level."""
+    for name in ("__init__", "_cli", "_api"):
+        path = _modules()[name]
+        top = {
+            _resolve(i.lstrip("."))
+            for i in _imports(path, "" if name == "__init__" else name, top_level_only=True)
+        }
+        assert not top & OPTIONAL, f"{name} imports {top & OPTIONAL} at import time"
 
 
 def test_pure_stages_do_no_io_and_nothing_imports_an_event_loop() -> None:
-    for name in LAYER:
-        roots = {i.split(".")[0] for i in _imports(SRC / f"{name}.py")}
+    for name, path in _modules().items():
+        roots = {i.split(".")[0] for i in _imports(path, name) if not i.startswith(".")}
         assert not roots & {"asyncio", "trio"}, name
         if name in PURE:
             assert not roots & IO_MODULES, f"pure stage {name} imports {roots & IO_MODULES}"
 
 
-def test_driver_uses_only_the_standard_library() -> None:
-    import sys
+def test_the_driver_and_the_wire_use_only_the_standard_library() -> None:
+    mods = _modules()
+    for name in (DRIVER, "_wire"):
+        for imp in _imports(mods[name], name):
+            if imp.startswith("."):
+                assert name == DRIVER and imp == "._wire", (
+                    f"{name} imports {imp}"
+                )  # under TYPE_CHECKING only
+                continue
+            root = imp.split(".")[0]
+            assert root in sys.stdlib_module_names or root in ("__future__", "pytest", "_pytest"), imp
 
-    for imp in _imports(SRC / "_driver.py"):
-        root = imp.split(".")[0]
-        assert root in sys.stdlib_module_names or root in ("__future__", "pytest", "_pytest"), imp
+
+def test_no_module_is_long_without_a_reason() -> None:
+    for name, path in _modules().items():
+        text = path.read_text()
+        if text.count("\n") > 400:
+            assert "Longer than 400 lines because" in text, (
+                f"{name} has {text.count(chr(10))} lines and no reason"
+            )
 
 
 def test_public_surface() -> None:
     assert aexec.__all__ == sorted(set(aexec.__all__))
-    public = {n for n in dir(aexec) if not n.startswith("_")} - {"annotations"}
+    public = {n for n in dir(aexec) if not n.startswith("_")} - {"annotations", "TYPE_CHECKING", "Any"}
     modules = {n for n in public if type(getattr(aexec, n)).__name__ == "module"}
     assert public - modules <= set(aexec.__all__)
     for name in aexec.__all__:

@@ -1,11 +1,11 @@
 """The same observations with and without every speed lever (issue 5).
 
-The levers ``observe_many`` has (``aexec._api``): the on-disk behavioural cache
+The levers ``observe_many`` has (`aexec.Options`): the on-disk behavioural cache
 (``DiskCache``), in-process single-flight (``Inflight``) of identical candidates, of the
 shared FAIL_TO_PASS before-run and of repo hashes, concurrency (``limit`` and the
-admission of runs that wait), the warm fork server (``AEXEC_NO_FORKSERVER=1``
+admission of runs that wait), the warm fork server (``Options(forkserver=False)``
 turns it off) and a repo's modules compiled once for all its runs
-(``AEXEC_NO_BYTECODE=1`` turns it off). Whatever the levers are, they live behind one call.
+(``Options(bytecode=False)`` turns it off). Whatever the levers are, they live behind one call.
 A small labelled set — passes with FAIL_TO_PASS, failures of several classes, a
 tampering patch, an empty selection, snippets, a timeout, and identical candidates —
 is observed:
@@ -29,9 +29,10 @@ from typing import Any
 import anyio
 import pytest
 
+import aexec
 from aexec import Candidate, ExecutionObservation, Policy, observe_many, unstructure
 
-from .conftest import MakeRepo, diff
+from .conftest import CountingSupervisor, MakeRepo, diff
 
 pytestmark = pytest.mark.slow
 
@@ -113,49 +114,33 @@ def comparable(obs: ExecutionObservation) -> dict[str, Any]:
 
 
 def observe_counting(
-    monkeypatch: pytest.MonkeyPatch, calls: list[list[Candidate]], backend: str, **kw: Any
+    calls: list[list[Candidate]], backend: str, **kw: Any
 ) -> tuple[list[ExecutionObservation], int, int]:
     """Run ``observe_many`` once per list in ``calls``; return the observations in order,
     how many candidate processes were spawned, and how many of them by a fork server."""
-    import aexec._api as api
-
-    runs = served = 0
-    real = api.execute
-
-    async def counting(invocation: Any, *args: Any) -> Any:
-        nonlocal runs, served
-        runs += 1
-        served += invocation.server is not None
-        return await real(invocation, *args)
-
-    monkeypatch.setattr(api, "execute", counting)
+    counting = CountingSupervisor()
 
     async def go() -> list[ExecutionObservation]:
         out: list[ExecutionObservation] = []
-        for cands in calls:
-            out.extend(await observe_many(cands, **kw))
+        async with aexec.observer(kw.pop("options", None), supervisor=counting) as o:
+            for cands in calls:
+                out.extend(await observe_many(cands, observer=o, **kw))
         return out
 
-    try:
-        got = anyio.run(go, backend=backend)
-    finally:
-        monkeypatch.setattr(api, "execute", real)
-    return got, runs, served
+    got = anyio.run(go, backend=backend)
+    return got, counting.runs, counting.served
 
 
 def test_observations_are_the_same_with_and_without_every_lever(
-    shop: Path, make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shop: Path, make_repo: MakeRepo, tmp_path: Path
 ) -> None:
     cases = labelled_set(shop, make_repo)
     cands = [c for c, _ in cases]
 
     # levers off: one call per candidate (no dedup, no shared before-run), one slot, no
     # cache, every run a fresh interpreter (no fork server) compiling its own modules
-    monkeypatch.setenv("AEXEC_NO_FORKSERVER", "1")
-    monkeypatch.setenv("AEXEC_NO_BYTECODE", "1")
-    off, off_runs, off_served = observe_counting(monkeypatch, [[c] for c in cands], "asyncio", limit=1)
-    monkeypatch.delenv("AEXEC_NO_FORKSERVER")
-    monkeypatch.delenv("AEXEC_NO_BYTECODE")
+    levers_off = aexec.Options(forkserver=False, bytecode=False)
+    off, off_runs, off_served = observe_counting([[c] for c in cands], "asyncio", limit=1, options=levers_off)
     assert off_served == 0
     assert [(o.verdict, o.failure.failure_class if o.failure else None) for o in off] == [
         label for _, label in cases
@@ -165,8 +150,8 @@ def test_observations_are_the_same_with_and_without_every_lever(
 
     for backend in ("asyncio", "trio"):
         cache = str(tmp_path / f"cache-{backend}")
-        cold, cold_runs, served = observe_counting(monkeypatch, [cands], backend, limit=8, cache_dir=cache)
-        warm, warm_runs, _ = observe_counting(monkeypatch, [cands], backend, limit=8, cache_dir=cache)
+        cold, cold_runs, served = observe_counting([cands], backend, limit=8, cache_dir=cache)
+        warm, warm_runs, _ = observe_counting([cands], backend, limit=8, cache_dir=cache)
         # the levers were really pulled: fewer processes cold, forked warm, none warm-cached
         assert cold_runs < off_runs, (backend, cold_runs, off_runs)
         assert served == cold_runs, (backend, served, cold_runs)

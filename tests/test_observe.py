@@ -11,10 +11,10 @@ import structlog.testing
 
 import aexec
 from aexec import Candidate, Policy, RequestError, observe, observe_many
-from aexec._execute import detect_isolation
-from aexec._workspace import hash_tree
+from aexec._boundary.isolation import detect_isolation
+from aexec._boundary.trees import hash_tree
 
-from .conftest import diff
+from .conftest import CountingSupervisor, RefusingSupervisor, diff, scratch_roots
 
 pytestmark = pytest.mark.anyio
 
@@ -49,7 +49,7 @@ async def test_repair_is_a_verified_pass_with_exact_f2p(shop: Path, scratch_tmp:
     assert obs.environment.timeout_s == 120 and obs.action == "test_execution"
     assert len(obs.artifact_version) == 64
     assert hash_tree(str(shop)) == before_hash, "the original repo was written to"
-    assert os.listdir(scratch_tmp) == [], "a scratch root was left behind"
+    assert scratch_roots(scratch_tmp) == [], "a scratch root was left behind"
 
 
 async def test_unpatched_bug_is_an_assertion_failure(shop: Path) -> None:
@@ -92,7 +92,7 @@ async def test_patch_that_escapes_or_does_not_apply_is_a_failure_observation(
         assert obs.failure is not None and obs.failure.failure_class == "compile"
         assert words in obs.failure.message
     assert not (shop.parent / "evil.py").exists()
-    assert os.listdir(scratch_tmp) == []
+    assert scratch_roots(scratch_tmp) == []
 
 
 async def test_selection_without_tests_is_empty_success(shop: Path) -> None:
@@ -149,52 +149,38 @@ async def test_timeout_is_recorded_with_its_deadline(scratch_tmp: Path) -> None:
     assert obs.failure is not None and obs.failure.failure_class == "timeout"
     assert obs.environment.timeout_s == 1
     assert obs.duration < 2.5
-    assert os.listdir(scratch_tmp) == []
+    assert scratch_roots(scratch_tmp) == []
 
 
-async def test_cache_hit_does_not_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_cache_hit_does_not_run_again(tmp_path: Path) -> None:
     cache = str(tmp_path / "cache")
     c = Candidate("run_entry", "snippet", id="a", code="import random; print(random.random())")
     first = await observe(c, cache_dir=cache)
-
-    async def must_not_run(*args: object) -> None:
-        raise AssertionError("the execute stage ran on a cache hit")
-
-    monkeypatch.setattr("aexec._api.execute", must_not_run)
-    second = await observe(Candidate("run_entry", "snippet", id="b", code=c.code), cache_dir=cache)
+    refusing = RefusingSupervisor()
+    (second,) = await observe_many(
+        [Candidate("run_entry", "snippet", id="b", code=c.code)], cache_dir=cache, supervisor=refusing
+    )
     assert second.cache_hit and not first.cache_hit
     assert second.id == "b" and second.stdout == first.stdout
     # Any change to a key element is a different key: a real run (which now fails loudly).
     changed = Candidate("run_entry", "snippet", code=c.code, policy=Policy(timeout_s=29))
-    (obs,) = await observe_many([changed], cache_dir=cache)
-    assert obs.verdict == "error" and "cache hit" in (obs.error or "")
+    (obs,) = await observe_many([changed], cache_dir=cache, supervisor=refusing)
+    assert obs.verdict == "error" and "the execute stage ran" in (obs.error or "")
 
 
-async def test_identical_candidates_and_before_runs_are_shared(
-    shop: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import aexec._api as api
-
-    runs = 0
-    real = api.execute
-
-    async def counting(*args: object) -> object:
-        nonlocal runs
-        runs += 1
-        return await real(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(api, "execute", counting)
+async def test_identical_candidates_and_before_runs_are_shared(shop: Path) -> None:
+    counting = CountingSupervisor()
     fix = fix_patch(shop)
     old = (shop / CART).read_text()
     other = diff(CART, old, old.replace("round(subtotal - discount, 2)", "round(subtotal - discount, 3)"))
     cs = [suite(shop, fix, id=1), suite(shop, fix, id=2), suite(shop, other, id=3), suite(shop, id=4)]
-    results = await observe_many(cs)
+    results = await observe_many(cs, supervisor=counting)
     assert [r.id for r in results] == [1, 2, 3, 4]
     assert sorted(r.cache_hit for r in results[:2]) == [False, True]  # whichever ran first
     assert not results[2].cache_hit and not results[3].cache_hit
     # fix: run + re-run; other: run (it fails); one before-run, which is also the run of
     # the unpatched candidate 4 (the same code, boundary and tests)
-    assert runs == 4
+    assert counting.runs == 4
     assert results[0].test_results == results[1].test_results
     fixed = {t.test for t in results[0].test_results if t.f2p}
     assert fixed and {t.test for t in results[3].test_results if t.verdict == "failed"} == fixed

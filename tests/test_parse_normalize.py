@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from aexec._normalize import error_class, failures
-from aexec._parse import parse, traceback_from_text
 from aexec._records import RawRun
+from aexec._stages.normalize import error_class, failures
+from aexec._stages.parse import parse, traceback_from_text
 
 CWD = "/tmp/aexec-x/work"
 SNIPPET = "/tmp/aexec-x/.aexec/snippet.py"

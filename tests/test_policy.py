@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aexec import Policy, RequestError
-from aexec._policy import declare, limits
+from aexec._stages.policy import declare, limits
 
 
 def _declare(mode: str, policy: Policy | None = None):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from aexec import Candidate, OpenAIProber, ProbeCallError, RequestError, discriminate, prober_from_env
-from aexec._probe import PROBE_CAP, PROBE_PROGRAM_CAP_CHARS, parse_probes
+from aexec._discrimination.probe import PROBE_CAP, PROBE_PROGRAM_CAP_CHARS, parse_probes
 
 
 def probes(*items: dict[str, Any]) -> str:

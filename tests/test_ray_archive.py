@@ -6,8 +6,8 @@ import os
 import threading
 from pathlib import Path
 
-from aexec._ray import node_repo, pack_repo
-from aexec._workspace import hash_tree
+from aexec._boundary.trees import hash_tree
+from aexec._scaleout.ray import node_repo, pack_repo
 
 from .conftest import MakeRepo
 

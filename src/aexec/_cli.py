@@ -22,6 +22,7 @@ import structlog
 
 from ._api import VERSION, observe_many, validate
 from ._errors import RequestError
+from ._options import Options
 from ._records import Candidate, ExecutionObservation
 from ._serde import candidate as candidate_from_json
 from ._serde import dumps
@@ -159,14 +160,13 @@ async def _observe_all(args: argparse.Namespace, cases: list[Candidate]) -> list
         )
     executor = None
     if args.ray is not None:
-        from ._ray import RayExecutor
+        from ._scaleout.ray import RayExecutor
 
         executor = RayExecutor(address=args.ray)
+    options = Options.from_env(limit=args.jobs, cache_dir=cache_dir)
     try:
         if progress is None:
-            return await observe_many(
-                cases, limit=args.jobs, cache_dir=cache_dir, on_observation=writer.put, executor=executor
-            )
+            return await observe_many(cases, options=options, on_observation=writer.put, executor=executor)
         with progress:
             task = progress.add_task("observing", total=len(cases))
 
@@ -174,9 +174,7 @@ async def _observe_all(args: argparse.Namespace, cases: list[Candidate]) -> list
                 writer.put(i, obs)
                 progress.advance(task)
 
-            return await observe_many(
-                cases, limit=args.jobs, cache_dir=cache_dir, on_observation=seen, executor=executor
-            )
+            return await observe_many(cases, options=options, on_observation=seen, executor=executor)
     finally:
         os.close(fd)
 
@@ -241,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _more_commands(sub: Any) -> None:
-    from ._ab import MECHANISMS
+    from ._ab.harness import MECHANISMS
 
     d = sub.add_parser("discriminate", help="group 2+ candidates of one task by observed behaviour")
     d.add_argument("cases", help="the candidates, one request per line; lines of one repo+tests form a task")
@@ -293,8 +291,8 @@ def _bad_jobs(args: argparse.Namespace) -> bool:
 
 
 def _discriminate_main(args: argparse.Namespace) -> int:
-    from ._discriminate import discriminate, task_key
-    from ._probe import prober_from_env
+    from ._discrimination.discriminate import discriminate, task_key
+    from ._discrimination.probe import prober_from_env
     from ._serde import to_json_data
 
     if _bad_jobs(args):
@@ -363,8 +361,8 @@ def _discriminate_main(args: argparse.Namespace) -> int:
 def _ab_main(args: argparse.Namespace) -> int:
     import functools
 
-    from ._ab import MECHANISMS, load_corpus, render, run_ab
-    from ._probe import prober_from_env
+    from ._ab.harness import MECHANISMS, load_corpus, render, run_ab
+    from ._discrimination.probe import prober_from_env
 
     if _bad_jobs(args):
         return 2

@@ -24,6 +24,7 @@ from ._types import (
     TestVerdict,
     Verdict,
 )
+from ._wire import Record
 
 __all__ = [
     "Candidate",
@@ -197,8 +198,8 @@ class RawRun:
     duration: float
     stdout: str
     stderr: str
-    records: tuple[dict[str, Any], ...]
-    #: Lines of the report that were not JSON objects (the driver never writes one).
+    records: tuple[Record, ...]
+    #: Lines of the report that were not records (the driver never writes one).
     bad_records: int
     cpu_s: float | None
     peak_ram_mib: int | None

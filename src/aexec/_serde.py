@@ -10,8 +10,8 @@ import cattrs
 from cattrs.preconf.json import make_converter
 
 from ._errors import RequestError
-from ._policy import with_scratch
 from ._records import Candidate, Environment, ExecutionObservation
+from ._stages.policy import with_scratch
 from ._types import ARTIFACT_SHAPES, REQUEST_TYPES
 
 _converter = make_converter()

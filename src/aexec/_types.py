@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from ._wire import MESSAGE_CAP
+
 RequestType = Literal["build_check", "run_entry", "run_suite", "probe", "discriminate"]
 ArtifactShape = Literal["patch", "snippet", "command", "test_subset", "probe_program"]
 Mode = Literal["compile_parse", "targeted_execution", "test_execution", "diagnostic_probe"]
@@ -57,9 +59,8 @@ DEFAULT_TIMEOUT_S: Final[dict[Mode, float]] = {
 STREAM_CAP_BYTES: Final = 64 * 1024
 TRUNCATION_MARKER: Final = "\n[aexec: {dropped} more bytes of {stream} not kept (cap {cap} bytes)]\n"
 EMPTY_STREAM_SENTINEL: Final = ""
-#: §3.4 caps on parsed evidence.
-MESSAGE_CAP_CHARS: Final = 4096
-FRAME_CAP: Final = 32
+#: §3.4 caps on parsed evidence: the driver's own caps (`aexec._wire`), one source.
+MESSAGE_CAP_CHARS: Final = MESSAGE_CAP
 #: At most this many secondary failures are kept beside the primary one.
 SECONDARY_FAILURE_CAP: Final = 50
 #: At most this many paths are named in ``changed_state``.
@@ -73,9 +74,6 @@ CPU_BACKSTOP_MARGIN_S: Final = 2.0
 MAX_TIMEOUT_S: Final = 3600.0
 MIN_RAM_MIB: Final = 16
 MAX_RAM_MIB: Final = 1 << 20
-
-#: The driver's exit status when it could not build the boundary: nothing of the run ran.
-BOX_FAILED: Final = 125
 #: Declared caps beyond RAM and CPU (spec §3.2 leaves them to us; docs/isolation.md).
 DEFAULT_DISK_MIB: Final = 512
 DEFAULT_PIDS: Final = 256

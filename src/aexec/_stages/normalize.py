@@ -13,9 +13,9 @@ import signal as signals
 
 import attrs
 
-from ._parse import Evidence, RaisedError
-from ._records import Failure
-from ._types import FAILURE_ORDER, MESSAGE_CAP_CHARS, SECONDARY_FAILURE_CAP, FailureClass
+from .._records import Failure
+from .._types import FAILURE_ORDER, MESSAGE_CAP_CHARS, SECONDARY_FAILURE_CAP, FailureClass
+from .parse import Evidence, RaisedError
 
 #: Signals a kernel cap sends: CPU time, file size, and the hard-limit SIGKILL.
 RESOURCE_SIGNALS = frozenset({signals.SIGKILL, signals.SIGXCPU, signals.SIGXFSZ})

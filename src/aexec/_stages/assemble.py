@@ -12,10 +12,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from ._classify import Classification
-from ._normalize import failures, signal_name
-from ._parse import Evidence, ParsedTest
-from ._records import (
+from .._records import (
     Environment,
     ExecutionObservation,
     Failure,
@@ -24,7 +21,10 @@ from ._records import (
     ResourceUsage,
     TestResult,
 )
-from ._types import TestVerdict, Verdict
+from .._types import TestVerdict, Verdict
+from .classify import Classification
+from .normalize import failures, signal_name
+from .parse import Evidence, ParsedTest
 
 #: Names that configure pytest wherever they stand.
 PYTEST_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml"})

@@ -6,16 +6,14 @@ then says which runner executes the request, from the fields it carries.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import attrs
 
-from ._errors import RequestError
-from ._records import Candidate
-from ._types import ArtifactShape, Mode, RequestType
+from .._errors import RequestError
+from .._records import Candidate
+from .._types import ArtifactShape, Mode, RequestType
+from .._wire import Runner
 
-#: What the in-candidate driver does: run pytest, a snippet or an argv; or compile.
-Runner = Literal["pytest", "snippet", "command", "compile_snippet", "compile_tree"]
+__all__ = ["Classification", "Runner", "check", "classify", "plan"]
 
 
 @attrs.frozen

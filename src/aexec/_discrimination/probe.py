@@ -25,7 +25,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from ._errors import ProbeCallError, RequestError
+from .._errors import ProbeCallError, RequestError
 
 __all__ = [
     "ENV_API_KEY",

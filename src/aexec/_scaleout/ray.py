@@ -29,6 +29,10 @@ What the driver does around that:
   roots before the task ends.
 
 ``import aexec`` never imports Ray; this module imports it inside its functions.
+
+Longer than 400 lines because scale-out is one concern end to end — packing repos for
+nodes, bounded submission, retries of lost tasks, cancellation — around one Ray API
+that is imported lazily; split, each piece would import Ray's handles from the others.
 """
 
 from __future__ import annotations
@@ -54,15 +58,15 @@ import anyio.to_thread
 import attrs
 import structlog
 
-from . import _serde
-from ._api import VERSION, observe_many, validate
-from ._assemble import unobserved
-from ._cache import cache_key
-from ._classify import Classification, Runner
-from ._errors import AexecError, RequestError
-from ._records import Candidate, ExecutionObservation
-from ._types import DEFAULT_CPU_CORES, DEFAULT_RAM_MIB
-from ._workspace import EXCLUDED_NAMES
+from .. import _serde
+from .._api import VERSION, observe_many, validate
+from .._boundary.trees import EXCLUDED_NAMES
+from .._errors import AexecError, RequestError
+from .._records import Candidate, ExecutionObservation
+from .._stages.assemble import unobserved
+from .._stages.classify import Classification, Runner
+from .._stages.keys import cache_key
+from .._types import DEFAULT_CPU_CORES, DEFAULT_RAM_MIB
 
 __all__ = ["RayExecutor", "observe_many_ray"]
 

@@ -16,7 +16,7 @@ pipeline declares, nothing else. ``--ablate`` re-measures the pipeline with one
 mechanism removed and prints Δ per metric with the §7.5 verdict (see `ablate`).
 
 This module measures; it never changes what `observe` does for anyone else. The one
-private knob it turns (``_api._DISABLED``) lives for the duration of one ablated call.
+ablations it asks for (`Options.ablate`) hold for one ablated call only.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from . import _api
-from ._api import observe_many
-from ._discriminate import Discrimination, discriminate
-from ._errors import RequestError
-from ._probe import Prober
-from ._records import Candidate, ExecutionObservation, Policy
-from ._serde import candidate as candidate_from_json
-from ._types import MAX_RAM_MIB
+from .._api import observe_many, validate
+from .._discrimination.discriminate import Discrimination, discriminate
+from .._discrimination.probe import Prober
+from .._errors import RequestError
+from .._options import Options
+from .._records import Candidate, ExecutionObservation, Policy
+from .._serde import candidate as candidate_from_json
+from .._types import MAX_RAM_MIB
 
 __all__ = [
     "CLASSES",
@@ -202,7 +202,7 @@ def _request_candidate(request: dict[str, Any], base: str, where: str) -> Candid
         cand, _ = candidate_from_json(request)
         if cand.repo is not None:
             cand = attrs.evolve(cand, repo=os.path.normpath(os.path.join(base, cand.repo)))
-        _api.validate(cand)
+        validate(cand)
     except RequestError as e:
         raise RequestError(f"{where}: {e}") from None
     return cand
@@ -445,8 +445,8 @@ async def run_pipeline(
     disabled: frozenset[str] = frozenset(),
     lift_caps: bool = False,
 ) -> tuple[SystemRun, list[ExecutionObservation]]:
-    """`observe_many` over the corpus, with ``disabled`` mechanisms removed (the private
-    knob) and, with ``lift_caps``, every declared resource cap raised to its maximum."""
+    """`observe_many` over the corpus, with ``disabled`` mechanisms removed
+    (`Options.ablate`) and, with ``lift_caps``, every declared resource cap raised to its maximum."""
     candidates = [c.candidate for c in corpus.cases]
     if lift_caps:
         cores = float(os.cpu_count() or 1)
@@ -454,12 +454,10 @@ async def run_pipeline(
             attrs.evolve(c, policy=Policy(timeout_s=c.policy.timeout_s, ram_mib=MAX_RAM_MIB, cpu_cores=cores))
             for c in candidates
         ]
-    token = _api._DISABLED.set(disabled)
     t0 = time.monotonic()
-    try:
-        observations = await observe_many(candidates, limit=jobs, cache_dir=cache_dir)
-    finally:
-        _api._DISABLED.reset(token)
+    observations = await observe_many(
+        candidates, options=Options.from_env(limit=jobs, cache_dir=cache_dir, ablate=disabled)
+    )
     wall = time.monotonic() - t0
     run = SystemRun(
         name=name,

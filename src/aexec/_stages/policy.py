@@ -10,9 +10,9 @@ import math
 
 import attrs
 
-from ._errors import RequestError
-from ._records import Environment, FsBoundary, Policy
-from ._types import (
+from .._errors import RequestError
+from .._records import Environment, FsBoundary, Policy
+from .._types import (
     CPU_BACKSTOP_MARGIN_S,
     DEFAULT_CPU_CORES,
     DEFAULT_RAM_MIB,

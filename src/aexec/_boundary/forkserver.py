@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._errors import AexecError
+from .._errors import AexecError
 
 #: How long a server may take to start (import pytest) before runs go cold.
 START_TIMEOUT_S = 30.0

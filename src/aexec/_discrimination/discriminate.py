@@ -25,9 +25,11 @@ from typing import Any
 import attrs
 import structlog
 
-from ._api import observe_many
-from ._errors import RequestError
-from ._probe import (
+from .._api import observe_many
+from .._errors import RequestError
+from .._records import Candidate, ExecutionObservation, Policy
+from .._types import FailureClass, TestVerdict, Verdict
+from .probe import (
     PROBE_MAX_COMPLETION_TOKENS,
     PROBE_PROMPT_ARTIFACT_CHARS,
     PROBE_PROMPT_TESTS,
@@ -39,8 +41,6 @@ from ._probe import (
     parse_probes,
     probe_messages,
 )
-from ._records import Candidate, ExecutionObservation, Policy
-from ._types import FailureClass, TestVerdict, Verdict
 
 log = structlog.get_logger(__name__)
 

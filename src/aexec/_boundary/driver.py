@@ -1,10 +1,16 @@
 """The in-candidate driver: the first code that runs inside the boundary.
 
-It is run by path (``python -s _driver.py SPEC.json``) with the candidate's interpreter,
-so it imports nothing of aexec and only the standard library (plus pytest, for test
-runs). It builds the boundary, runs the candidate, and appends one JSON record per
-event to the report file, flushed line by line, so that whatever was reported before a
-kill survives it.
+Longer than 400 lines because it is one file by necessity: it runs by path in the
+candidate's interpreter, importing nothing of aexec but the wire, so the boundary's
+kernel calls, the runners, the fork server's loop and the bytecode job cannot be split
+into modules it would have to import from the candidate's ``sys.path``.
+
+It is run by path (``python -s driver.py SPEC.json``) with the candidate's interpreter,
+so it imports only the standard library (plus pytest, for test runs) and, by path, the
+wire it shares with the library (``aexec/_wire.py``: its `Instructions` in, its report
+records out). It builds the boundary, runs the candidate, and appends one JSON record
+per event to the report file, flushed line by line, so that whatever was reported
+before a kill survives it.
 
 With a ``box`` in the spec (root, namespaces available) it runs as three processes::
 
@@ -19,16 +25,16 @@ With a ``box`` in the spec (root, namespaces available) it runs as three process
 When init dies, the kernel kills everything left in its PID namespace. Any step of the
 boundary that fails aborts the run (exit 125) rather than run it with less.
 
-``python -s _driver.py --serve MODE SUPERVISOR_PID FD`` is the fork server
-(``aexec._forkserver``): one warm interpreter that has imported what a cold driver
+``python -s driver.py --serve MODE SUPERVISOR_PID FD`` is the fork server
+(``aexec._boundary.forkserver``): one warm interpreter that has imported what a cold driver
 imports before the candidate's code anyway (``runpy``, ``subprocess``; with ``MODE``
 ``pytest`` also pytest and its built-in plugins) and forks the outer process of each
 run on request. The forked child sets up exactly what a fresh
-``python -s _driver.py SPEC`` would have (fds 0-2, session, cwd, environment, argv) and
+``python -s driver.py SPEC`` would have (fds 0-2, session, cwd, environment, argv) and
 goes on as ``main()`` — same boundary, same code; only the start-up is skipped.
 
-``python -I _driver.py --bytecode < JOB.json`` is not a run: it compiles a pristine
-repo's modules once for all of its runs (``aexec._workspace.compile_bytecode``). It
+``python -I driver.py --bytecode < JOB.json`` is not a run: it compiles a pristine
+repo's modules once for all of its runs (``aexec._boundary.bytecode.compile_bytecode``). It
 executes none of the repo's code, only the interpreter's compiler and pytest's
 assertion rewriter over its source.
 """
@@ -44,10 +50,30 @@ import signal
 import stat
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-FRAME_CAP = 32
-MESSAGE_CAP = 4096
+
+def _load_wire() -> Any:
+    """``aexec/_wire.py``, loaded by path and kept out of ``sys.modules``: a candidate's
+    own module of that name is never shadowed, and no aexec package is imported."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_wire.py")
+    spec = importlib.util.spec_from_file_location("_aexec_wire", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from .. import _wire as wire
+    from .._wire import Box, BytecodeJob, Instructions, SpawnRequest
+else:
+    wire = _load_wire()
+
+FRAME_CAP = wire.FRAME_CAP
+MESSAGE_CAP = wire.MESSAGE_CAP
 
 
 class Report:
@@ -55,9 +81,8 @@ class Report:
         self._f = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
     def write(self, kind: str, **fields: Any) -> None:
-        fields["kind"] = kind
         try:
-            self._f.write(json.dumps(fields, default=repr) + "\n")
+            self._f.write(wire.encode(kind, fields) + "\n")
         except (OSError, ValueError):
             pass  # the candidate closed or broke our file; the exit code still speaks
 
@@ -86,7 +111,7 @@ def describe(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def apply_limits(spec: dict[str, Any]) -> None:
+def apply_limits(spec: Instructions) -> None:
     for name, value in spec["rlimits"].items():
         which = getattr(resource, name)
         resource.setrlimit(which, (value, value))
@@ -100,8 +125,7 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
 MNT_DETACH = 0x2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
-#: The exit status of a run whose boundary could not be built; nothing of it ran.
-BOX_FAILED = 125
+BOX_FAILED = wire.BOX_FAILED
 _PER_MOUNT_FLAGS = {
     "nosuid": MS_NOSUID,
     "nodev": MS_NODEV,
@@ -169,7 +193,7 @@ def _bind(source: str, target: str, *, readonly: bool) -> None:
     mount(None, target, None, MS_REMOUNT | MS_BIND | MS_NOSUID | extra)
 
 
-def build_view(box: dict[str, Any]) -> None:
+def build_view(box: Box) -> None:
     """In the new mount namespace: the whole host read-only, the scratch dirs writable."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     # Other runs' scratch roots (siblings under the same base) leave this view: the
@@ -238,7 +262,7 @@ def enter_cgroups(procs_files: list[str]) -> None:
             raise BoxError(f"join cgroup {os.path.dirname(path)}: {e.strerror}") from None
 
 
-def drop_privileges(box: dict[str, Any]) -> None:
+def drop_privileges(box: Box) -> None:
     uid, gid = box["uid"], box["gid"]
     os.setgroups([])
     os.setresgid(gid, gid, gid)
@@ -246,10 +270,11 @@ def drop_privileges(box: dict[str, Any]) -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-def run_snippet(spec: dict[str, Any], report: Report) -> int:
+def run_snippet(spec: Instructions, report: Report) -> int:
     import runpy
 
     path = spec["snippet"]
+    assert path is not None  # a snippet runner always has one
     sys.argv = [path]
     try:
         runpy.run_path(path, run_name="__main__")
@@ -269,7 +294,7 @@ def run_snippet(spec: dict[str, Any], report: Report) -> int:
     return 0
 
 
-def run_command(spec: dict[str, Any], report: Report) -> int:
+def run_command(spec: Instructions, report: Report) -> int:
     import subprocess
 
     try:
@@ -289,11 +314,13 @@ def run_command(spec: dict[str, Any], report: Report) -> int:
     return code
 
 
-def compile_snippet(spec: dict[str, Any], report: Report) -> int:
-    with open(spec["snippet"], encoding="utf-8") as f:
+def compile_snippet(spec: Instructions, report: Report) -> int:
+    path = spec["snippet"]
+    assert path is not None  # a snippet runner always has one
+    with open(path, encoding="utf-8") as f:
         source = f.read()
     try:
-        compile(source, spec["snippet"], "exec", dont_inherit=True)
+        compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
         report.write("exception", phase="compile", **describe(e))
         traceback.print_exc(limit=0)
@@ -304,7 +331,7 @@ def compile_snippet(spec: dict[str, Any], report: Report) -> int:
 SKIP_DIRS = {".git", "__pycache__", ".tox", ".venv", "venv", ".eggs", "node_modules"}
 
 
-def compile_tree(spec: dict[str, Any], report: Report) -> int:
+def compile_tree(spec: Instructions, report: Report) -> int:
     import importlib
 
     root = spec["cwd"]
@@ -375,7 +402,7 @@ class Reporter:
         self.report.write("test", nodeid=nodeid, verdict=self.verdicts.get(nodeid, "errored"))
 
 
-def run_pytest(spec: dict[str, Any], report: Report) -> int:
+def run_pytest(spec: Instructions, report: Report) -> int:
     try:
         import pytest
     except BaseException as e:
@@ -396,13 +423,14 @@ RUNNERS = {
 }
 
 
-def run_candidate(spec: dict[str, Any]) -> None:
+def run_candidate(spec: Instructions) -> None:
     # The driver's own directory is not the candidate's: take it off sys.path.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != here]
     sys.path[0:0] = spec["sys_path"]
-    if spec.get("box"):
-        drop_privileges(spec["box"])
+    box = spec["box"]
+    if box:
+        drop_privileges(box)
     os.chdir(spec["cwd"])
     report = Report(spec["report"])
     apply_limits(spec)
@@ -414,7 +442,7 @@ def box_failed(error: BoxError) -> None:
     os._exit(BOX_FAILED)
 
 
-def write_bytecode(job: dict[str, Any]) -> None:
+def write_bytecode(job: BytecodeJob) -> None:
     """Write the ``__pycache__`` files a run of ``job["root"]`` would compile, under ``job["out"]``.
 
     Each of ``job["files"]`` gets a checked-hash pyc (PEP 552: the importer verifies the
@@ -505,7 +533,7 @@ def main() -> None:
     be_init(spec)
 
 
-def be_init(spec: dict[str, Any]) -> None:
+def be_init(spec: Instructions) -> None:
     """Fork the candidate, reap everything, report its end.
 
     In a PID namespace this process is the init: the candidate is not, so signals it
@@ -624,7 +652,7 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> str:
                     sock.close()
 
 
-def become(request: dict[str, Any], out: int, err: int) -> None:
+def become(request: SpawnRequest, out: int, err: int) -> None:
     """What a fresh ``Popen(argv, stdin=DEVNULL, cwd, env, start_new_session)`` gives."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import builtins
 import os
 import re
-from typing import Any
 
 import attrs
 
-from ._classify import Runner
-from ._records import RawRun
-from ._types import BOX_FAILED, FRAME_CAP, MESSAGE_CAP_CHARS, TestVerdict
+from .._records import RawRun
+from .._types import MESSAGE_CAP_CHARS, TestVerdict
+from .._wire import BOX_FAILED, FRAME_CAP, ExceptionRecord
+from .classify import Runner
 
 #: The name the snippet is shown under in locations.
 SNIPPET_NAME = "snippet.py"
@@ -102,7 +102,7 @@ def _at_import(frames: tuple[Frame, ...]) -> bool:
     return False
 
 
-def _error(rec: dict[str, Any], cwd: str, snippet: str | None) -> RaisedError:
+def _error(rec: ExceptionRecord, cwd: str, snippet: str | None) -> RaisedError:
     frames = tuple(
         Frame(_display(str(f[0]), cwd, snippet), int(f[1] or 0), str(f[2]))
         for f in rec.get("frames") or ()
@@ -179,20 +179,19 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
     signal = raw.signal
     exit_code = raw.exit_code
     for rec in raw.records:
-        kind = rec["kind"]
-        if kind == "exception":
+        if rec["kind"] == "exception":
             errors.append(_error(rec, cwd, snippet))
-        elif kind == "start" and isinstance(rec.get("nodeid"), str):
+        elif rec["kind"] == "start":
             started.append(rec["nodeid"])
-        elif kind == "test" and isinstance(rec.get("nodeid"), str):
-            verdict = rec.get("verdict")
-            if verdict in ("passed", "failed", "errored", "skipped"):
-                tests[rec["nodeid"]] = verdict
-        elif kind == "end" and isinstance(rec.get("exitstatus"), int):
+        elif rec["kind"] == "test":
+            if rec["verdict"] in ("passed", "failed", "errored", "skipped"):
+                tests[rec["nodeid"]] = rec["verdict"]
+        elif rec["kind"] == "end":
             pytest_exit = rec["exitstatus"]
-        elif kind in ("child", "main") and isinstance(rec.get("signal"), int):
-            signal, exit_code = rec["signal"], None  # a command's process, or the candidate's
-        elif kind == "exit":
+        elif rec["kind"] in ("child", "main"):
+            if rec.get("signal") is not None:  # a command's process, or the candidate's
+                signal, exit_code = rec.get("signal"), None
+        elif rec["kind"] == "exit":
             exited = True
     in_flight = next((n for n in reversed(started) if n not in tests), None)
     if in_flight is not None and (raw.timed_out or pytest_exit is None):

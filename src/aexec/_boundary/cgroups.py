@@ -1,0 +1,244 @@
+"""Run cgroups: one per run, under aexec's own, on cgroup v1 and v2 alike.
+
+A run's cgroups hold it to a CPU quota (``cpu_cap_cores``), a memory cap for the whole
+tree (scratch tmpfs included), and a process cap; ``cgroup.kill`` (v2) kills everything
+in them at once, and on a v1-only machine the processes listed in them are killed one
+by one. ``cpu.stat`` and ``cpu.pressure`` tell `Admission` whether a run is busy, and
+``memory.events`` whether the memory cap killed something.
+
+Run cgroups are named ``aexec-<supervisor pid>-<run>``: those of a dead supervisor are
+swept by ``aexec._boundary.leftovers``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import attrs
+
+from .._log import get_logger
+
+log = get_logger(__name__)
+
+_CPU_PERIOD_US = 100_000
+#: Run cgroups are named ``aexec-<supervisor pid>-<run>``: a dead supervisor's are stale.
+CGROUP_PREFIX = "aexec-"
+
+
+@attrs.frozen
+class Caps:
+    """What a run's cgroup holds it to."""
+
+    cpu_cores: float
+    memory_bytes: int
+    pids: int
+
+
+@attrs.frozen
+class Cgroups:
+    """Where run cgroups are made: the supervisor's own cgroup, per hierarchy.
+
+    ``v1`` maps a v1 controller (cpu, memory, pids) to its directory; ``v2`` is the
+    unified hierarchy's directory, with the controllers it can use (``cgroup.kill``
+    needs none).
+    """
+
+    v1: dict[str, str]
+    v2: str | None
+    v2_controllers: frozenset[str]
+
+    def roots(self) -> list[str]:
+        """aexec's own cgroup directories, one per hierarchy."""
+        roots = list(dict.fromkeys(self.v1.values()))
+        if self.v2 is not None:
+            roots.append(self.v2)
+        return roots
+
+    def dirs(self, run: str) -> list[str]:
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{run}"
+        return [os.path.join(root, name) for root in self.roots()]
+
+    def procs_files(self, run: str) -> list[str]:
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs(run)]
+
+    def describe(self) -> dict[str, str]:
+        have = set(self.v1) | set(self.v2_controllers)
+        out = {}
+        if "cpu" in have:
+            out["cpu"] = "cgroup CPU quota of cpu_cap_cores (RLIMIT_CPU as a backstop)"
+        if "memory" in have:
+            out["ram_tree"] = "memory cgroup: the whole tree, scratch files included, within ram + disk caps"
+        if "pids" in have:
+            out["processes"] = "pids cgroup"
+        return out
+
+    def create(self, run: str, caps: Caps) -> None:
+        quota = max(1000, round(caps.cpu_cores * _CPU_PERIOD_US))
+        writes: list[tuple[str, str]] = []
+        for kind, root in self.v1.items():
+            d = os.path.join(root, os.path.basename(self.dirs(run)[0]))
+            if kind == "cpu":
+                writes += [
+                    (f"{d}/cpu.cfs_period_us", str(_CPU_PERIOD_US)),
+                    (f"{d}/cpu.cfs_quota_us", str(quota)),
+                ]
+            elif kind == "memory":
+                writes.append((f"{d}/memory.limit_in_bytes", str(caps.memory_bytes)))
+            elif kind == "pids":
+                writes.append((f"{d}/pids.max", str(caps.pids)))
+        if self.v2 is not None:
+            d = os.path.join(self.v2, os.path.basename(self.dirs(run)[0]))
+            if "cpu" in self.v2_controllers:
+                writes.append((f"{d}/cpu.max", f"{quota} {_CPU_PERIOD_US}"))
+            if "memory" in self.v2_controllers:
+                writes += [(f"{d}/memory.max", str(caps.memory_bytes)), (f"{d}/memory.swap.max", "0")]
+            if "pids" in self.v2_controllers:
+                writes.append((f"{d}/pids.max", str(caps.pids)))
+        for d in self.dirs(run):
+            os.makedirs(d, exist_ok=True)
+        for path, value in writes:
+            Path(path).write_text(value)
+
+    def kill(self, run: str) -> None:
+        """Kill every process of the run's cgroups; none can leave them."""
+        for d in self.dirs(run):
+            if _write(os.path.join(d, "cgroup.kill"), "1"):
+                return
+        for d in self.dirs(run):  # no cgroup.kill: a v1-only machine
+            for pid in _pids(d):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def cpu_demand_s(self, run: str) -> float | None:
+        """CPU seconds the run has used or waited for so far (cgroup v2).
+
+        ``cpu.stat`` usage plus ``cpu.pressure`` "some" (time a task of the run was
+        runnable but not running): a busy run sharing a core with others still counts
+        as wanting a whole one, where its usage alone would make it look half idle.
+        """
+        if self.v2 is None:
+            return None
+        d = os.path.join(self.v2, os.path.basename(self.dirs(run)[0]))
+        try:
+            usage = next(
+                int(line.split()[1])
+                for line in Path(d, "cpu.stat").read_text().splitlines()
+                if line.startswith("usage_usec ")
+            )
+        except (OSError, ValueError, IndexError, StopIteration):
+            return None
+        waited = 0
+        try:
+            some = Path(d, "cpu.pressure").read_text().splitlines()[0]
+            waited = int(some.rsplit("total=", 1)[1])
+        except (OSError, ValueError, IndexError):
+            pass  # no PSI in this kernel: usage alone
+        return (usage + waited) / 1e6
+
+    def oom_killed(self, run: str) -> bool:
+        for d in self.dirs(run):
+            for name in ("memory.oom_control", "memory.events"):
+                try:
+                    text = Path(d, name).read_text()
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and value.strip() not in ("", "0"):
+                        return True
+        return False
+
+    def remove(self, run: str) -> None:
+        remove_cgroups(self.dirs(run))
+
+
+def _write(path: str, value: str) -> bool:
+    try:
+        Path(path).write_text(value)
+    except OSError:
+        return False
+    return True
+
+
+def _pids(cgroup_dir: str) -> list[int]:
+    try:
+        return [int(p) for p in Path(cgroup_dir, "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def remove_cgroups(dirs: list[str]) -> None:
+    """Remove run cgroups, killing what is left in them first."""
+    for d in dirs:
+        if not os.path.isdir(d):
+            continue
+        for _ in range(200):  # killed processes leave their cgroup within milliseconds
+            try:
+                os.rmdir(d)
+                break
+            except OSError:
+                if _write(os.path.join(d, "cgroup.kill"), "1") is False:
+                    for pid in _pids(d):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                time.sleep(0.01)
+        else:
+            log.warning("cgroup_not_removed", cgroup=d)
+
+
+def own_cgroups() -> Cgroups | None:
+    """This process's cgroup directories, from /proc/self/cgroup and mountinfo."""
+    v1_mounts: dict[str, str] = {}
+    v2_mount = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                pre, _, post = line.partition(" - ")
+                fstype, _, options = (post.split() + ["", "", ""])[:3]
+                point = pre.split()[4]
+                if fstype == "cgroup2":
+                    v2_mount = point
+                elif fstype == "cgroup":
+                    for opt in options.split(","):
+                        if opt in ("cpu", "memory", "pids"):
+                            v1_mounts[opt] = point
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            lines = [ln.rstrip("\n").split(":", 2) for ln in f]
+    except OSError:
+        return None
+    v1: dict[str, str] = {}
+    v2 = None
+    for hid, controllers, path in lines:
+        if hid == "0" and v2_mount is not None:
+            v2 = os.path.join(v2_mount, path.lstrip("/"))
+        for c in controllers.split(","):
+            if c in v1_mounts:
+                v1[c] = os.path.join(v1_mounts[c], path.lstrip("/"))
+    v2_controllers: frozenset[str] = frozenset()
+    if v2 is not None:
+        try:
+            enabled = Path(v2, "cgroup.subtree_control").read_text().split()
+        except OSError:
+            enabled = []
+        v2_controllers = frozenset(c for c in enabled if c in ("cpu", "memory", "pids") and c not in v1)
+    return Cgroups(v1=v1, v2=v2, v2_controllers=v2_controllers)
+
+
+def probe_cgroups() -> Cgroups | None:
+    """This process's cgroups, if a run cgroup can be made under them (root, writable tree)."""
+    found = own_cgroups()
+    if found is None or not (found.v1 or found.v2):
+        return None
+    probe = f"probe{os.urandom(4).hex()}"
+    try:
+        found.create(probe, Caps(cpu_cores=1.0, memory_bytes=1 << 30, pids=64))
+        ok = all(os.path.isfile(p) for p in found.procs_files(probe))
+    except OSError:
+        ok = False
+    finally:
+        found.remove(probe)
+    return found if ok else None

@@ -1,0 +1,159 @@
+"""Scratch roots and repository views: where a run's files live.
+
+Every run gets a fresh scratch root (``tempfile.mkdtemp`` under the scratch base)::
+
+    <scratch_root>/work    the candidate's cwd: a copy of the repo, patched (or empty)
+    <scratch_root>/home    HOME
+    <scratch_root>/tmp     TMPDIR (and, inside the boundary, /tmp, /var/tmp, /dev/shm)
+    <scratch_root>/.aexec  the driver's spec, the snippet, the report (not the candidate's)
+
+With the full boundary (root) the scratch root is a tmpfs of its own, shrunk after the
+view is made to what the view holds plus the disk cap, so a candidate cannot write more
+than the cap anywhere; ``work``, ``home`` and ``tmp`` belong to the run's own uid.
+Scratch roots are named ``aexec-<pid>-…``: those of a dead aexec are swept
+(``aexec._boundary.leftovers``). The original repository is only read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from .._log import get_logger
+from .._stages.plan import Scratch
+from .trees import copy_ignore
+
+log = get_logger(__name__)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_MS_REMOUNT, _MNT_DETACH = 0x20, 0x2
+SCRATCH_PREFIX = "aexec-"
+
+
+def _mount_tmpfs(target: str, options: str, remount: bool = False) -> None:
+    flags = _MS_REMOUNT if remount else 0
+    rc = _libc.mount(b"aexec", os.fsencode(target), b"tmpfs", ctypes.c_ulong(flags), options.encode())
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+
+
+def make_scratch(tmpfs: bool = False, base: str | None = None) -> Scratch:
+    """A fresh scratch root under ``base`` (default: ``tempfile.gettempdir()``)."""
+    root = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=base)
+    if tmpfs:
+        try:
+            _mount_tmpfs(root, "mode=0755,size=50%")
+        except OSError:
+            os.rmdir(root)
+            raise
+    s = Scratch(root)
+    for d in (s.private, s.home, s.tmp):
+        os.mkdir(d)
+    if tmpfs:
+        # The report lives here: a full scratch disk must not silence the driver.
+        _mount_tmpfs(s.private, "mode=0755,size=24m")
+    return s
+
+
+def seal_scratch(scratch: Scratch, uid: int, disk_bytes: int) -> None:
+    """Hand the writable dirs to the run's uid; cap the tmpfs at what it holds + the disk cap."""
+    for top in (scratch.work, scratch.home, scratch.tmp):
+        os.chown(top, uid, uid, follow_symlinks=False)
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+    st = os.statvfs(scratch.root)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    _mount_tmpfs(scratch.root, f"size={used + disk_bytes}", remount=True)
+
+
+def run_uid() -> int:
+    """A fresh uid for one run, in a range no distribution hands out."""
+    return (1 << 20) + secrets.randbelow(1 << 24)
+
+
+def _is_mount(path: str) -> bool:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            return any(line.split()[4] == path for line in f)
+    except OSError:
+        return False
+
+
+def masks(needed: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Directories others cannot traverse on the way to what a run needs, for the driver.
+
+    Each is ``[hidden_dir, [needed paths under it]]``: inside the boundary the hidden
+    directory is covered by an empty tmpfs holding only the needed paths (the
+    interpreter in ``/root/.pyenv``, say), so the run's unprivileged uid reaches them
+    and nothing else of it.
+    """
+    found: dict[str, list[str]] = {}
+    for path in dict.fromkeys(os.path.abspath(p) for p in needed):
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            ancestor = os.path.join(*parts[:i])
+            try:
+                mode = os.stat(ancestor).st_mode
+            except OSError:
+                break
+            if not mode & 0o001:
+                found.setdefault(ancestor, []).append(path)
+                break
+    return tuple((hidden, tuple(paths)) for hidden, paths in sorted(found.items()))
+
+
+def write_private(scratch: Scratch, name: str, text: str) -> str:
+    """A small file in the scratch root's private dir (a few KiB: not worth a thread)."""
+    path = os.path.join(scratch.private, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def remove_scratch(scratch: Scratch) -> None:
+    if _is_mount(scratch.root):
+        _libc.umount2(os.fsencode(scratch.root), _MNT_DETACH)
+    try:
+        shutil.rmtree(scratch.root)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    # A candidate may have made a directory unwritable: make it ours again, then retry.
+    for dirpath, dirnames, _ in os.walk(scratch.root):
+        for d in dirnames:
+            try:
+                os.chmod(os.path.join(dirpath, d), 0o700, follow_symlinks=False)
+            except (OSError, NotImplementedError):
+                pass
+    shutil.rmtree(scratch.root, ignore_errors=True)
+    if os.path.exists(scratch.root):
+        log.warning("scratch_not_removed", scratch_root=scratch.root)
+
+
+def make_view(scratch: Scratch, repo: str | None, bytecode: str | None = None) -> None:
+    """The run's cwd: a copy of ``repo`` (or empty), with ``bytecode``'s ``__pycache__``
+    dirs (`compile_bytecode`) laid over it."""
+    if repo is None:
+        os.mkdir(scratch.work)
+    else:
+        shutil.copytree(repo, scratch.work, symlinks=True, ignore=copy_ignore)
+        if bytecode is not None:
+            shutil.copytree(bytecode, scratch.work, dirs_exist_ok=True)
+
+
+def import_roots(root: str) -> list[str]:
+    """sys.path entries for a repo view: its root, and ``src/`` in a src layout."""
+    roots = [root]
+    src = os.path.join(root, "src")
+    if os.path.isdir(src):
+        roots.append(src)
+    return roots

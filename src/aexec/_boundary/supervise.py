@@ -1,0 +1,277 @@
+"""Stage (c): execute (spec §3.3) — the only place that spawns and kills a run.
+
+The supervisor spawns the driver (cold, or forked by a warm `ForkServer`) under the
+declared boundary, streams both pipes into capped buffers while it keeps draining them,
+enforces the wall-clock deadline with a cancel scope, and kills the whole process tree
+deterministically: the run's cgroups (``cgroup.kill``), the PID namespace's init, or
+the process group, by what `Isolation` the run has. It captures raw artifacts and
+judges nothing.
+
+`Supervisor` is the seam: the pipeline calls ``supervisor.execute(invocation)``, and a
+test (or a harness) may pass its own in (``observe_many(..., supervisor=...)``), e.g.
+one that counts runs around `LocalSupervisor`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from typing import Protocol
+
+import anyio
+import anyio.abc
+import attrs
+
+from .._log import get_logger
+from .._records import RawRun
+from .._types import STREAM_CAP_BYTES, TRUNCATION_MARKER
+from .._wire import REPORT_CAP_BYTES, Record, decode_report
+from .cgroups import Caps
+from .forkserver import ForkServer, ServerGone
+from .isolation import Isolation
+
+log = get_logger(__name__)
+
+#: After the process exits, how long its pipes may stay open before the tree is killed.
+EOF_GRACE_S = 1.0
+#: How long a killed run may take to be reaped before the wrapper itself is killed.
+KILL_WAIT_S = 5.0
+_CHUNK = 65536
+#: After a read that did not fill a chunk, the next waits this long: a chatty run (pytest's
+#: dot per test, written unbuffered) then costs aexec a wake-up per interval, not per write.
+_COALESCE_S = 0.005
+
+
+@attrs.frozen
+class Invocation:
+    argv: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    timeout_s: float
+    report_path: str
+    #: The run's name, unique in this process: names its cgroups.
+    run: str = "run"
+    caps: Caps | None = None
+    #: Fork the driver from this warm server (``argv`` is then ``python -s DRIVER SPEC``);
+    #: if it is gone, the run starts cold.
+    server: ForkServer | None = None
+    #: The mechanisms this run is held by (`detect_isolation`).
+    isolation: Isolation = attrs.field(factory=lambda: Isolation(namespaces=False))
+
+
+class _Sink:
+    """Keeps the first ``cap`` bytes of a stream and counts the rest."""
+
+    def __init__(self, name: str, cap: int = STREAM_CAP_BYTES) -> None:
+        self.name = name
+        self.cap = cap
+        self.kept = bytearray()
+        self.dropped = 0
+        self.done = anyio.Event()
+
+    async def drain(self, stream: anyio.abc.ByteReceiveStream) -> None:
+        try:
+            while True:
+                try:
+                    chunk = await stream.receive(_CHUNK)
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    break
+                room = self.cap - len(self.kept)
+                if room > 0:
+                    self.kept += chunk[:room]
+                self.dropped += max(0, len(chunk) - max(room, 0))
+                if len(chunk) < _CHUNK:
+                    await anyio.sleep(_COALESCE_S)
+        finally:
+            self.done.set()
+
+    def text(self) -> str:
+        text = self.kept.decode("utf-8", errors="replace")
+        if self.dropped:
+            text += TRUNCATION_MARKER.format(dropped=self.dropped, stream=self.name, cap=self.cap)
+        return text
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _tree(pid: int) -> list[int]:
+    out: list[int] = []
+    todo = [pid]
+    while todo and len(out) < 4096:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(_children(p))
+    return out
+
+
+def _tree_usage(pid: int) -> tuple[float | None, int | None]:
+    """CPU seconds and peak RSS of a live tree, read from /proc just before a kill."""
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu, peak = 0.0, 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / tick
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return cpu, (peak // 1024 if peak else None)
+
+
+def _kill_tree(proc: anyio.abc.Process, inv: Invocation, isolation: Isolation) -> None:
+    if isolation.cgroups is not None and inv.caps is not None:
+        isolation.cgroups.kill(inv.run)  # everything in the run's cgroups, at once
+    if proc.returncode is not None:
+        return  # reaped: its pid may belong to someone else now
+    if isolation.namespaces:
+        # Kill the namespace's init (the driver's child): the kernel then kills
+        # everything inside the namespace before the init can be reaped, and the driver
+        # (left alive to reap it) exits only after that — so its exit means the
+        # namespace is empty.
+        targets = _children(proc.pid) or [proc.pid]
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _read_report(path: str) -> tuple[tuple[Record, ...], int]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(REPORT_CAP_BYTES)
+    except OSError:
+        return (), 0
+    return decode_report(data)
+
+
+async def execute(inv: Invocation) -> RawRun:
+    """Run ``inv`` to completion or to its deadline and return the raw artifacts.
+
+    **Cancellation:** if the caller is cancelled, the whole process tree is killed and
+    reaped inside a shielded scope, then the cancellation is re-raised; no process of
+    the run outlives this call.
+    """
+    isolation = inv.isolation
+    cgroups = isolation.cgroups if inv.caps is not None else None
+    if cgroups is not None:
+        assert inv.caps is not None
+        cgroups.create(inv.run, inv.caps)
+    try:
+        raw = await _execute(inv, isolation)
+        if cgroups is not None and cgroups.oom_killed(inv.run):
+            raw = attrs.evolve(raw, oom_killed=True)
+        return raw
+    finally:
+        if cgroups is not None:
+            with anyio.CancelScope(shield=True):
+                cgroups.kill(inv.run)
+                await anyio.to_thread.run_sync(cgroups.remove, inv.run)
+
+
+async def _spawn(inv: Invocation) -> anyio.abc.Process:
+    if inv.server is not None and inv.server.alive:
+        try:
+            return await inv.server.spawn(inv.argv, inv.cwd, inv.env)
+        except ServerGone as e:
+            log.warning("forkserver_gone", run=inv.run, error=str(e))
+    return await anyio.open_process(
+        inv.argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=inv.cwd,
+        env=inv.env,
+        start_new_session=True,
+    )
+
+
+async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
+    start = anyio.current_time()
+    proc = await _spawn(inv)
+    out, err = _Sink("stdout"), _Sink("stderr")
+    timed_out = False
+    killed_usage: tuple[float | None, int | None] = (None, None)
+    try:
+        async with anyio.create_task_group() as tg:
+            assert proc.stdout is not None and proc.stderr is not None
+            tg.start_soon(out.drain, proc.stdout)
+            tg.start_soon(err.drain, proc.stderr)
+            with anyio.move_on_after(inv.timeout_s) as deadline:
+                await proc.wait()
+            if deadline.cancelled_caught:
+                timed_out = True
+                killed_usage = _tree_usage(proc.pid)
+                _kill_tree(proc, inv, isolation)
+                with anyio.move_on_after(KILL_WAIT_S) as stuck:
+                    await proc.wait()
+                if stuck.cancelled_caught:
+                    proc.kill()
+                    await proc.wait()
+            with anyio.move_on_after(EOF_GRACE_S) as grace:
+                await out.done.wait()
+                await err.done.wait()
+            if grace.cancelled_caught:
+                # Something outside the run's kill still holds the pipes open.
+                tg.cancel_scope.cancel()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            _kill_tree(proc, inv, isolation)
+            with anyio.move_on_after(KILL_WAIT_S):
+                await proc.wait()
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await proc.aclose()
+    duration = anyio.current_time() - start
+    records, bad = _read_report(inv.report_path)
+    rc = proc.returncode
+    exit_code = rc if rc is not None and rc >= 0 else None
+    sig = -rc if rc is not None and rc < 0 else None
+    cpu_s, peak = killed_usage
+    for r in records:
+        if r["kind"] == "usage":
+            cpu_s = float(r["cpu_s"])
+            peak = r["maxrss_kib"] // 1024
+    if timed_out:
+        exit_code, sig = None, signal.SIGKILL  # what the supervisor sent
+    return RawRun(
+        exit_code=exit_code,
+        signal=sig,
+        timed_out=timed_out,
+        duration=duration,
+        stdout=out.text(),
+        stderr=err.text(),
+        records=records,
+        bad_records=bad,
+        cpu_s=cpu_s,
+        peak_ram_mib=peak,
+    )
+
+
+class Supervisor(Protocol):
+    """Runs an `Invocation` to its end and returns what it left (`RawRun`)."""
+
+    async def execute(self, invocation: Invocation) -> RawRun: ...
+
+
+class LocalSupervisor:
+    """Runs invocations on this machine (`execute`): the default `Supervisor`."""
+
+    async def execute(self, invocation: Invocation) -> RawRun:
+        """**Cancellation:** as `execute`: the whole tree is killed and reaped, shielded,
+        then the cancellation is re-raised."""
+        return await execute(invocation)

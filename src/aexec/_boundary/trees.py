@@ -1,0 +1,157 @@
+"""Reading trees: walking, hashing and snapshotting repos and scratch roots.
+
+Every walk here sees only directories, regular files and symlinks: FIFOs, sockets and
+devices are skipped (opening a FIFO would block for ever), and a file is opened
+without following links and without blocking, then checked to be regular. All of it
+is blocking I/O: the pipeline calls these in worker threads.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import os
+import stat
+import tomllib
+from collections.abc import Iterator
+
+#: Never copied into a view, never hashed: caches and VCS metadata, not code.
+EXCLUDED_NAMES = frozenset(
+    {".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox"}
+)
+
+
+def _special(path: str) -> bool:
+    """Neither a directory, a regular file nor a symlink (or gone)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return True
+    return not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode))
+
+
+def copy_ignore(directory: str, names: list[str]) -> set[str]:
+    """``shutil.copytree``'s ``ignore`` for a view: excluded names, bytecode, special files."""
+    return {
+        n for n in names if n in EXCLUDED_NAMES or n.endswith(".pyc") or _special(os.path.join(directory, n))
+    }
+
+
+def walk(root: str) -> Iterator[str]:
+    """Every regular file and symlink under ``root`` (symlinked dirs not entered), sorted,
+    excluded names and bytecode left out."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_NAMES)
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            if not name.endswith(".pyc") and not _special(full):
+                yield full
+        for d in dirnames:
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full):
+                yield full
+
+
+def read_regular(path: str, limit: int = -1) -> bytes | None:
+    """The contents of a regular file (at most ``limit`` bytes), or None if it is not one:
+    opened without following links or blocking, so a FIFO swapped in cannot hang us."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(limit)
+
+
+def hash_tree(root: str) -> str:
+    """SHA-256 over every path and content of a tree (symlinks by their target)."""
+    h = hashlib.sha256()
+    for path in walk(root):
+        rel = os.path.relpath(path, root)
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        if os.path.islink(path):
+            h.update(b"L" + os.readlink(path).encode("utf-8", "surrogateescape"))
+        else:
+            h.update(read_regular(path) or b"")
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def python_sources(root: str) -> tuple[list[str], int]:
+    """The regular ``.py`` files a view of ``root`` holds (repo-relative), and their size."""
+    files, size = [], 0
+    for path in walk(root):
+        st = os.lstat(path)
+        if path.endswith(".py") and stat.S_ISREG(st.st_mode):
+            files.append(os.path.relpath(path, root))
+            size += st.st_size
+    return files, size
+
+
+#: Files whose pytest sections are configuration, with the section that matters.
+PYTEST_CONFIGS: dict[str, tuple[str, ...]] = {
+    "pytest.ini": (),
+    ".pytest.ini": (),
+    "pytest.toml": (),
+    ".pytest.toml": (),
+    "tox.ini": ("pytest",),
+    "setup.cfg": ("tool:pytest",),
+    "pyproject.toml": ("tool", "pytest"),
+}
+
+
+def pytest_config(root: str, name: str) -> str | None:
+    """The pytest-relevant part of one config file in ``root``, as comparable text."""
+    raw = read_regular(os.path.join(root, name))
+    if raw is None:
+        return None
+    section = PYTEST_CONFIGS[name]
+    if not section:
+        return raw.decode("utf-8", "replace")
+    text = raw.decode("utf-8", "replace")
+    try:
+        if name == "pyproject.toml":
+            return repr(tomllib.loads(text).get("tool", {}).get("pytest"))
+        cp = configparser.RawConfigParser()
+        cp.read_string(text)
+        return repr(dict(cp.items(section[0]))) if cp.has_section(section[0]) else None
+    except (tomllib.TOMLDecodeError, configparser.Error):
+        return "<unparseable>\n" + text  # unreadable config: compare it whole
+
+
+def snapshot(root: str) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file under a scratch root, the private dir excluded."""
+    out: dict[str, tuple[int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == root:
+            dirnames[:] = [d for d in dirnames if d != ".aexec"]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            out[os.path.relpath(full, root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def changed_state(before: dict[str, tuple[int, int]], root: str) -> str:
+    """What a run changed under ``root`` since ``before`` (`snapshot`), as the summary."""
+    return describe_changes(before, snapshot(root))
+
+
+def describe_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> str:
+    created = sorted(set(after) - set(before))
+    deleted = sorted(set(before) - set(after))
+    modified = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+    if not (created or deleted or modified):
+        return "no files written"
+    parts = []
+    for label, paths in (("created", created), ("modified", modified), ("deleted", deleted)):
+        if paths:
+            shown = ", ".join(paths[:20]) + (f", … (+{len(paths) - 20})" if len(paths) > 20 else "")
+            parts.append(f"{len(paths)} {label}: {shown}")
+    written = sum(after[p][0] for p in created + modified)
+    return "; ".join(parts) + f" ({written} bytes in created/modified files)"

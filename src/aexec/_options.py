@@ -1,0 +1,77 @@
+"""`Options`: how aexec itself runs, passed in (layer 1).
+
+The library reads no environment variable deep inside: the CLI builds an `Options`
+with `Options.from_env` (the ``AEXEC_*`` switches), a library caller passes one in, and
+everything below receives it. A candidate's own boundary is its `Policy`, not this.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+import attrs
+
+from ._errors import RequestError
+
+#: Pipeline mechanisms that may be removed for the spec's §7.5 ablations (`aexec ab`):
+#: ``antigaming`` — no confirming re-run, no diff-scope (tamper) check; ``cache`` — no
+#: disk cache and no in-process dedup. An observation made without them is not one to
+#: trust: they exist to measure what each mechanism is worth.
+Mechanism = Literal["antigaming", "cache"]
+MECHANISMS: tuple[Mechanism, ...] = ("antigaming", "cache")
+
+
+def _absolute(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(path)
+
+
+def _mechanisms(instance: object, attribute: attrs.Attribute[frozenset[str]], value: frozenset[str]) -> None:
+    unknown = sorted(set(value) - set(MECHANISMS))
+    if unknown:
+        raise RequestError(f"options.ablate: unknown mechanism(s) {unknown}; known: {list(MECHANISMS)}")
+
+
+def _limit(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise RequestError(f"limit must be an integer >= 1, got {value!r}")
+
+
+@attrs.frozen
+class Options:
+    """How aexec runs candidates (never what a candidate may do: that is its `Policy`).
+
+    ``cache_dir`` and ``scratch_dir`` are made absolute when the record is made, so a
+    relative path means the same directory wherever it is used later.
+    """
+
+    #: Runs under way at once (default: 4 per core, and of those one per core while busy).
+    limit: int | None = attrs.field(default=None, validator=_limit)
+    #: The behavioural cache (and compiled-bytecode store); None: nothing persists.
+    cache_dir: str | None = attrs.field(default=None, converter=_absolute)
+    #: Where scratch roots are made (default: ``tempfile.gettempdir()``).
+    scratch_dir: str | None = attrs.field(default=None, converter=_absolute)
+    #: Fork runs from warm interpreters; False: every run starts a fresh one.
+    forkserver: bool = True
+    #: Compile a repo's modules once for all its runs; False: each run compiles its own.
+    bytecode: bool = True
+    #: Use namespaces / cgroups where the kernel allows (False: to test the fallbacks).
+    namespaces: bool = True
+    cgroups: bool = True
+    #: Mechanisms removed for an ablation (see `MECHANISMS`); empty in real use.
+    ablate: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_mechanisms)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Options:
+        """Options from ``AEXEC_NO_FORKSERVER``, ``AEXEC_NO_BYTECODE``,
+        ``AEXEC_NO_NAMESPACES`` and ``AEXEC_NO_CGROUPS`` (each off when ``=1``), then
+        ``overrides``. Only the CLI (or a caller who wants it) reads the environment."""
+        env = os.environ if environ is None else environ
+        fields: dict[str, object] = {
+            "forkserver": env.get("AEXEC_NO_FORKSERVER") != "1",
+            "bytecode": env.get("AEXEC_NO_BYTECODE") != "1",
+            "namespaces": env.get("AEXEC_NO_NAMESPACES") != "1",
+            "cgroups": env.get("AEXEC_NO_CGROUPS") != "1",
+        }
+        return cls(**{**fields, **overrides})  # type: ignore[arg-type]

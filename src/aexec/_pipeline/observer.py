@@ -1,0 +1,185 @@
+"""The `Observer`: what outlives one call, and the loop that observes a call's candidates.
+
+An observer owns the process-level state a harness wants kept warm between calls —
+the isolation probe, the interpreters probed, the warm fork servers, the compiled
+bytecode store without a cache dir — and gives it back with `Observer.aclose` (or
+``async with``). Nothing of it is a module global: two observers share nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+
+import anyio
+
+from .._boundary import DRIVER
+from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
+from .._boundary.isolation import Isolation, detect_isolation
+from .._boundary.leftovers import sweep_cgroups, sweep_scratch
+from .._boundary.scratch import SCRATCH_PREFIX
+from .._boundary.supervise import LocalSupervisor, Supervisor
+from .._log import get_logger
+from .._options import Options
+from .._records import Candidate, ExecutionObservation
+from .._stages.classify import Classification, Runner
+from .cache import in_thread
+from .session import WAITING_RUNS_PER_CORE, Session, selections
+from .toolchain import Toolchain, Toolchains
+from .witness import observe_one, unobservable
+
+log = get_logger(__name__)
+
+
+class Observer:
+    """Observes candidates under `Options`; see the module docstring.
+
+    **Cancellation:** `aclose` is shielded: it stops every fork server (runs they started
+    die with them) and removes the observer's own bytecode store.
+    """
+
+    def __init__(
+        self, options: Options | None = None, *, supervisor: Supervisor | None = None, version: str
+    ) -> None:
+        self.options = options if options is not None else Options()
+        self.supervisor: Supervisor = supervisor if supervisor is not None else LocalSupervisor()
+        self.version = version
+        self.toolchains = Toolchains(version)
+        self._isolation: Isolation | None = None
+        #: Warm fork servers, by what they serve (`server`).
+        self._servers: dict[str, ForkServer] = {}
+        self._bytecode_dir: str | None = None
+        self._swept: set[str] = set()
+
+    async def __aenter__(self) -> Observer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the fork servers and remove what the observer made for itself."""
+        with anyio.CancelScope(shield=True):
+            servers, self._servers = list(self._servers.values()), {}
+            for server in servers:
+                await server.aclose()
+            if self._bytecode_dir is not None:
+                await anyio.to_thread.run_sync(shutil.rmtree, self._bytecode_dir, True)
+                self._bytecode_dir = None
+
+    async def isolation(self, scratch_base: str) -> Isolation:
+        """What the kernel allows, probed once; each new scratch base (and, at the probe,
+        the cgroup tree) is first swept of what dead aexec processes left there."""
+        # No lock: an observer may serve calls on different event loops (and backends);
+        # two calls racing here each probe, which is harmless.
+        if scratch_base not in self._swept:
+            self._swept.add(scratch_base)
+            await in_thread(sweep_scratch, scratch_base)
+        if self._isolation is None:
+            found = await in_thread(
+                lambda: detect_isolation(namespaces=self.options.namespaces, cgroups=self.options.cgroups)
+            )
+            if found.cgroups is not None:
+                await in_thread(sweep_cgroups, found.cgroups)
+            self._isolation = found
+        return self._isolation
+
+    def bytecode_store(self, cache_dir: str | None, scratch_base: str) -> str:
+        """Where compiled repos live: the cache dir's ``bytecode/``, or without one a
+        directory of this observer's own (removed by `aclose`; if the process is killed,
+        swept with its scratch roots by the next aexec)."""
+        if cache_dir is not None:
+            return os.path.join(cache_dir, "bytecode")
+        if self._bytecode_dir is None:
+            self._bytecode_dir = tempfile.mkdtemp(
+                prefix=f"{SCRATCH_PREFIX}{os.getpid()}-bytecode-", dir=scratch_base
+            )
+        return self._bytecode_dir
+
+    async def server(
+        self, session: Session, tool: Toolchain, mode: str, env: Mapping[str, str]
+    ) -> ForkServer | None:
+        """The warm server for runs like this one, started on first use; None if it cannot be.
+
+        Servers outlive the call (one per interpreter, its distributions, mode, start-up
+        environment and thread, until `aclose`), so that a harness calling `observe` once
+        per candidate gets them too; one that died is started afresh. The thread is part
+        of the key because a server dies with the thread that started it (PR_SET_PDEATHSIG).
+        """
+        if not self.options.forkserver:
+            return None
+        static = sorted((k, v) for k, v in env.items() if k not in PER_RUN_ENV)
+        key = json.dumps([tool.path, tool.fingerprint, mode, static, threading.get_ident()])
+        running = self._servers.get(key)
+        if running is not None and running.alive:
+            return running
+
+        async def start() -> ForkServer | None:
+            try:
+                server = await ForkServer.start(tool.path, DRIVER, mode, env)
+            except ServerGone as e:
+                log.warning("forkserver_unavailable", python=tool.path, mode=mode, error=str(e))
+                return None
+            stale = self._servers.pop(key, None)
+            self._servers[key] = server
+            if stale is not None:
+                await stale.aclose()
+            return server
+
+        server, _ = await session.server_starts.run(key, start)
+        return server if server is not None and server.alive else None
+
+    async def observe_checked(
+        self,
+        items: Sequence[Candidate],
+        checked: Sequence[tuple[Classification, Runner]],
+        *,
+        options: Options | None = None,
+        on_observation: Callable[[int, ExecutionObservation], None] | None = None,
+    ) -> list[ExecutionObservation]:
+        """Observe candidates already checked (``aexec.observe_many`` does that), in input
+        order, under the call's ``options`` (default: the observer's own; their ``limit``,
+        ``cache_dir`` and ``ablate`` are the call's, the rest the observer's)."""
+        opts = self.options if options is None else options
+        cores = os.cpu_count() or 1
+        slots = opts.limit if opts.limit is not None else WAITING_RUNS_PER_CORE * cores
+        scratch_base = opts.scratch_dir or tempfile.gettempdir()
+        isolation = await self.isolation(scratch_base)
+        session = Session(
+            self,
+            opts,
+            scratch_base,
+            isolation,
+            self.supervisor,
+            limit=slots,
+            cpu_slots=cores,
+            selections=selections(c for c, (_, r) in zip(items, checked, strict=True) if r == "pytest"),
+        )
+        results: list[ExecutionObservation | None] = [None] * len(items)
+        send, receive = anyio.create_memory_object_stream[int](max_buffer_size=len(items) or 1)
+        for i in range(len(items)):
+            send.send_nowait(i)
+        send.close()
+
+        async def worker() -> None:
+            async for i in receive:
+                classification, runner = checked[i]
+                try:
+                    job = await session.job(i, items[i], classification, runner)
+                    obs = await observe_one(session, job)
+                except Exception as e:
+                    log.exception("observation_failed", candidate=items[i].id)
+                    obs = unobservable(items[i], classification, e, self.version)
+                results[i] = obs
+                if on_observation is not None:
+                    on_observation(i, obs)
+
+        with receive:
+            async with anyio.create_task_group() as tg:
+                for _ in range(min(len(items), 4 * slots + 4)):
+                    tg.start_soon(worker)
+        return [r for r in results if r is not None]

@@ -1,0 +1,201 @@
+"""A `Session`: what the candidates of one ``observe_many`` call share, and the `Job`
+each of them becomes.
+
+The session holds the call's admission slots, its dedup memos (observations,
+before-runs, unpatched runs: each run once per key, `Memo`), the repo hashes and
+compiled-bytecode of its repos, and the `Observer` it runs under (isolation,
+interpreters, fork servers: what outlives a call).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from .. import _serde
+from .._boundary.admission import Admission
+from .._boundary.bytecode import compile_bytecode, prune, touch
+from .._boundary.forkserver import ForkServer
+from .._boundary.isolation import Isolation
+from .._boundary.supervise import Supervisor
+from .._boundary.trees import hash_tree
+from .._options import Options
+from .._records import Candidate, Environment, ExecutionObservation
+from .._stages.assemble import Run
+from .._stages.classify import Classification, Runner
+from .._stages.keys import artifact_version, cache_key
+from .._stages.plan import PYTEST_ARGS
+from .._stages.policy import declare
+from .._types import TestVerdict
+from .cache import DiskCache, Inflight, Memo, in_thread
+from .toolchain import Toolchain, Toolchains, resolve_python
+
+#: Runs at once per core by default: a core's worth are busy, the rest may be waiting
+#: (sleeping, blocked, at a deadline) without holding a core (see `Admission`).
+WAITING_RUNS_PER_CORE = 4
+
+
+@attrs.frozen
+class Job:
+    """One candidate on its way through the pipeline: everything its runs need."""
+
+    #: Its position in the call's input: runs are admitted in this order.
+    index: int
+    candidate: Candidate
+    classification: Classification
+    runner: Runner
+    tool: Toolchain
+    env: Environment
+    #: ``env`` as the cache key sees it.
+    declared: Mapping[str, Any]
+    repo_hash: str | None
+    #: SHA-256 of what runs (`artifact_version`).
+    version: str
+    #: The behavioural cache key (spec §3.6).
+    key: str
+
+
+def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | None]:
+    """Per repo, the union of the candidates' test selections (None if one runs it all)."""
+    union: dict[str, set[str] | None] = {}
+    for c in candidates:
+        if c.repo is None:
+            continue
+        have = union.setdefault(c.repo, set())
+        if c.tests is None:
+            union[c.repo] = None
+        elif have is not None:
+            have.update(c.tests)
+    return {repo: None if tests is None else tuple(sorted(tests)) for repo, tests in union.items()}
+
+
+class Host(Protocol):
+    """What a session needs of the `Observer` it runs under."""
+
+    version: str
+    toolchains: Toolchains
+
+    def bytecode_store(self, cache_dir: str | None, scratch_base: str) -> str: ...
+
+    async def server(
+        self, session: Session, tool: Toolchain, mode: str, env: Mapping[str, str]
+    ) -> ForkServer | None: ...
+
+
+class Session:
+    """What the candidates of one call share (see the module docstring)."""
+
+    def __init__(
+        self,
+        observer: Host,
+        options: Options,
+        scratch_base: str,
+        isolation: Isolation,
+        supervisor: Supervisor,
+        *,
+        limit: int,
+        cpu_slots: int,
+        selections: dict[str, tuple[str, ...] | None],
+    ) -> None:
+        self.observer = observer
+        self.options = options
+        #: Where this call's scratch roots are made.
+        self.scratch_base = scratch_base
+        self.version = observer.version
+        self.isolation = isolation
+        self.supervisor = supervisor
+        dedup = "cache" not in self.options.ablate
+        #: Removed only for the §7.5 A/B: the confirming re-run and the tamper check.
+        self.guarded = "antigaming" not in self.options.ablate
+        self.slots = Admission(cpu_slots, limit, isolation.cgroups)
+        cache_dir = self.options.cache_dir if dedup else None
+        self.cache = None if cache_dir is None else DiskCache(cache_dir)
+        self.observations: Memo[ExecutionObservation] = Memo(
+            disk=self.cache, encode=_serde.unstructure, decode=_serde.structure, dedup=dedup
+        )
+        self.befores: Memo[dict[str, TestVerdict]] = Memo(disk=self.cache, decode=_verdicts, dedup=dedup)
+        #: A before-run and the first run of an unpatched candidate on the same repo, tests
+        #: and boundary are one execution (``aexec._pipeline.witness``).
+        self.unpatched: Memo[tuple[Run, bool]] = Memo(dedup=dedup)
+        #: A repo is hashed once per call, however many candidates share it.
+        self.repo_hashes: Inflight[str] = Inflight()
+        #: An interpreter is probed once per call (and once per change, with a cache).
+        self.toolchains: Inflight[Toolchain] = Inflight()
+        #: A fork server is started once per key per call.
+        self.server_starts: Inflight[Any] = Inflight()
+        self._bytecode: Inflight[str | None] = Inflight()
+        #: Per repo, what the call's test runs select of it together (None: a whole suite).
+        self.selections = selections
+        self.runs = 0
+
+    async def repo_hash(self, repo: str) -> str:
+        found, _ = await self.repo_hashes.run(repo, lambda: in_thread(hash_tree, repo))
+        return found
+
+    async def job(
+        self, index: int, candidate: Candidate, classification: Classification, runner: Runner
+    ) -> Job:
+        """Resolve, probe, declare and key one candidate (no run yet)."""
+        python = resolve_python(candidate.python)
+        tool = await self.observer.toolchains.get(python, self.toolchains, self.cache)
+        env = declare(
+            classification.mode,
+            candidate.policy,
+            toolchain=python,
+            toolchain_version=tool.version,
+            enforced=self.isolation.enforced,
+            repo_view="copy" if candidate.repo is not None else "none",
+            repo_ro=self.isolation.namespaces,
+            max_cores=float(os.cpu_count() or 1),
+        )
+        repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
+        version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
+        declared = _serde.unstructure_env(env)
+        command = {"runner": runner, "tests": candidate.tests, "pytest_args": list(PYTEST_ARGS)}
+        key = cache_key(
+            aexec=self.version,
+            code=version,
+            environment=declared,
+            command=command,
+            toolchain=tool.fingerprint,
+        )
+        return Job(index, candidate, classification, runner, tool, env, declared, repo_hash, version, key)
+
+    async def bytecode(self, repo: str, tool: Toolchain) -> str | None:
+        """``repo`` compiled for ``tool`` (`compile_bytecode`), made on first use, with the
+        test modules all of the call's test runs of it select rewritten ahead."""
+        if not self.options.bytecode:
+            return None
+        tests = self.selections.get(repo, ())
+        key = cache_key(
+            role="bytecode",
+            aexec=self.version,
+            repo=await self.repo_hash(repo),
+            python=tool.path,
+            toolchain=tool.fingerprint,
+            tests=tests,
+        )
+
+        async def make() -> str | None:
+            base = self.observer.bytecode_store(
+                self.cache.directory if self.cache else None, self.scratch_base
+            )
+            out = os.path.join(base, key)
+            if await in_thread(touch, out, base):
+                return out
+            if not await compile_bytecode(tool.path, repo, tests, out):
+                return None
+            await in_thread(prune, base)
+            return out
+
+        out, _ = await self._bytecode.run(key, make)
+        return out
+
+
+def _verdicts(hit: Any) -> dict[str, TestVerdict]:
+    if not isinstance(hit, dict):
+        raise TypeError("a before-run entry is a mapping of node ids to verdicts")
+    return {str(k): v for k, v in hit.items()}

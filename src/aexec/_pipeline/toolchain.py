@@ -1,0 +1,149 @@
+"""The candidate's interpreter: resolved, probed, and known by what it has installed.
+
+An interpreter's version and its distributions' fingerprint are part of every cache key;
+the directories it reads are made reachable inside the boundary. Probing starts the
+interpreter, so it is done once per `Toolchains` (one per `Observer`) while the
+interpreter and its import directories are unchanged, and with a cache dir once until
+they change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterable
+
+import anyio
+import attrs
+
+from .._errors import RequestError
+from .._stages.keys import cache_key
+from .cache import DiskCache, Inflight, in_thread
+
+#: How long asking an interpreter for its version and packages may take.
+PROBE_TIMEOUT_S = 60.0
+_PROBE = (
+    "import os, sys, json, platform, hashlib, importlib.metadata as m\n"
+    "dists = sorted({f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()})\n"
+    "pt = [d for d in dists if d.lower().startswith('pytest==')]\n"
+    "print(json.dumps({'version': platform.python_implementation() + ' ' + platform.python_version()"
+    " + ('; ' + pt[0].replace('==', ' ') if pt else '; no pytest'),"
+    " 'fingerprint': hashlib.sha256('\\n'.join(dists).encode()).hexdigest(),"
+    " 'paths': sorted({p for p in [*sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix,"
+    " os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]"
+    " if p and os.path.isdir(p)})}))\n"
+)
+
+
+@attrs.frozen
+class Toolchain:
+    path: str
+    version: str
+    fingerprint: str
+    #: What the interpreter reads: made reachable to the run's uid inside the boundary.
+    paths: tuple[str, ...]
+    #: `stamp` of the interpreter and ``paths`` when probed: the answer holds while equal.
+    stamp: tuple[tuple[int, int], ...]
+
+
+def stamp(paths: Iterable[str]) -> tuple[tuple[int, int], ...]:
+    """What a probe's answer rests on: (mtime, size) of the interpreter and its import dirs.
+
+    Installing or removing a distribution changes its site directory's mtime.
+    """
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((-1, -1))
+    return tuple(out)
+
+
+def resolve_python(python: str | None) -> str:
+    """The interpreter a candidate names (default: the one running aexec), as an absolute
+    path; raises `RequestError` if it is not an executable file."""
+    if python is None:
+        return sys.executable
+    found = shutil.which(python) if os.sep not in python else python
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise RequestError(f"python: {python!r} is not an executable file")
+    return os.path.abspath(found)
+
+
+async def probe_toolchain(python: str) -> Toolchain:
+    """Ask ``python`` itself; raises `RequestError` if it does not answer as a Python would."""
+    with anyio.fail_after(PROBE_TIMEOUT_S):
+        done = await anyio.run_process(
+            [python, "-s", "-c", _PROBE],
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            check=False,
+        )
+    try:
+        info = json.loads(done.stdout)
+        paths = tuple(map(str, info["paths"]))
+        return Toolchain(
+            python,
+            str(info["version"]),
+            str(info["fingerprint"]),
+            paths,
+            await in_thread(stamp, [python, *paths]),
+        )
+    except (ValueError, KeyError, TypeError, RecursionError):
+        msg = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
+        raise RequestError(f"python: {python!r} is not a usable interpreter ({msg[0]})") from None
+
+
+def _from_disk(hit: object) -> Toolchain | None:
+    if not isinstance(hit, dict):
+        return None
+    try:
+        return Toolchain(
+            path=str(hit["path"]),
+            version=str(hit["version"]),
+            fingerprint=str(hit["fingerprint"]),
+            paths=tuple(map(str, hit["paths"])),
+            stamp=tuple((int(a), int(b)) for a, b in hit["stamp"]),
+        )
+    except (TypeError, KeyError, ValueError):
+        return None  # a foreign entry: probe afresh
+
+
+class Toolchains:
+    """Interpreters probed so far (by an `Observer`), each valid while its stamp holds."""
+
+    def __init__(self, aexec_version: str) -> None:
+        self._known: dict[str, Toolchain] = {}
+        self._version = aexec_version
+
+    async def get(self, python: str, inflight: Inflight[Toolchain], disk: DiskCache | None) -> Toolchain:
+        """``python``'s toolchain, probed once per ``inflight`` (a call) and change."""
+        try:
+            os.stat(python)
+        except OSError as e:
+            raise RequestError(f"python: {python!r} does not exist") from e
+        disk_key = cache_key(role="toolchain", python=python, aexec=self._version)
+
+        async def probe() -> Toolchain:
+            known = self._known.get(python)
+            if known is not None and known.stamp == await in_thread(stamp, [python, *known.paths]):
+                return known
+            if disk is not None:
+                tool = _from_disk(await in_thread(disk.get, disk_key))
+                if tool is not None and tool.stamp == await in_thread(stamp, [python, *tool.paths]):
+                    self._known[python] = tool
+                    return tool
+            tool = await probe_toolchain(python)
+            self._known[python] = tool
+            if disk is not None:
+                try:
+                    await in_thread(disk.put, disk_key, attrs.asdict(tool))
+                except OSError:
+                    pass  # a read-only cache: probed again next time
+            return tool
+
+        tool, _ = await inflight.run(python, probe)
+        return tool

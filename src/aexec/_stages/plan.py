@@ -1,0 +1,210 @@
+"""Planning a run: the driver's instructions, from facts gathered beforehand. Pure.
+
+The shell (``aexec._pipeline.run``) makes the scratch root, lays out the view, and
+gathers what only I/O can tell (import roots, the uid, masks, cgroup files); `plan`
+then decides everything else — argv, environment, rlimits, the kernel boundary, what
+pytest is asked — and returns it frozen, to be written as the wire's `Instructions`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from .._records import Environment
+from .._wire import Box, Instructions, Runner
+from .policy import limits
+
+#: How pytest is run for every candidate: no cache provider (nothing written into the
+#: repo view), no colour; plugins are not auto-loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+PYTEST_ARGS = ("-p", "no:cacheprovider", "--color=no", "-q")
+
+#: Inside the boundary these are the scratch root's tmp, not the host's.
+TMP_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+@attrs.frozen
+class Scratch:
+    """The paths of one run's scratch root (made by ``aexec._boundary.scratch``)."""
+
+    root: str
+
+    @property
+    def work(self) -> str:
+        return os.path.join(self.root, "work")
+
+    @property
+    def private(self) -> str:
+        return os.path.join(self.root, ".aexec")
+
+    @property
+    def home(self) -> str:
+        return os.path.join(self.root, "home")
+
+    @property
+    def tmp(self) -> str:
+        return os.path.join(self.root, "tmp")
+
+    def private_file(self, name: str) -> str:
+        return os.path.join(self.private, name)
+
+
+@attrs.frozen
+class BoxFacts:
+    """What the kernel boundary needs that only the shell can find out."""
+
+    uid: int
+    supervisor_pids: tuple[int, ...]
+    #: Other runs' scratch roots start with this.
+    sibling_prefix: str
+    #: ``masks(paths the run needs)`` (``aexec._boundary.scratch.masks``).
+    masks: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+@attrs.frozen
+class RunFacts:
+    """One run, as laid out by the shell before planning."""
+
+    runner: Runner
+    scratch: Scratch
+    python: str
+    #: Directories the interpreter reads (made reachable inside the boundary).
+    toolchain_paths: tuple[str, ...]
+    #: sys.path entries of the view (its root, ``src/`` in a src layout).
+    import_roots: tuple[str, ...]
+    #: The snippet's path in the private dir, if the candidate has one.
+    snippet: str | None
+    argv: tuple[str, ...]
+    #: pytest selectors (None: the whole suite).
+    tests: tuple[str, ...] | None
+    #: Non-test ``.py`` files the patch touches that exist in the view (repo-relative).
+    touched_sources: tuple[str, ...]
+    #: ``cgroup.procs`` files of the run's cgroups (none without cgroups).
+    cgroup_procs: tuple[str, ...]
+    box: BoxFacts | None
+
+
+@attrs.frozen
+class Plan:
+    """What the driver is told (`instructions`) and the environment it runs in."""
+
+    instructions: Instructions
+    env: tuple[tuple[str, str], ...]
+    #: Files the candidate's uid must be able to write (the report).
+    report: str
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+def selection(tests: Sequence[str] | None) -> list[str]:
+    """pytest's arguments for a selection: all of the suite, these selectors, or nothing."""
+    if tests is None:
+        return []
+    return list(tests) if tests else ["--ignore-glob=*"]
+
+
+def modules(paths: Iterable[str], roots: Sequence[str], work: str) -> list[str]:
+    """Importable module names of the non-test Python files among ``paths`` (repo-relative,
+    existing in the view ``work``), under the longest import root that holds each."""
+    out: list[str] = []
+    for p in paths:
+        base = os.path.basename(p)
+        if (
+            not p.endswith(".py")
+            or base.startswith("test_")
+            or base.endswith("_test.py")
+            or base == "conftest.py"
+        ):
+            continue
+        full = os.path.join(work, p)
+        for root in sorted(roots, key=len, reverse=True):
+            if full.startswith(root + os.sep):
+                parts = os.path.relpath(full, root)[:-3].split(os.sep)
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                if parts and all(x.isidentifier() for x in parts):
+                    out.append(".".join(parts))
+                break
+    return list(dict.fromkeys(out))
+
+
+def candidate_env(scratch: Scratch, python: str) -> dict[str, str]:
+    """The whole environment a candidate sees: declared, minimal, none of the host's."""
+    bindir = os.path.dirname(python)
+    return {
+        "PATH": os.pathsep.join(dict.fromkeys([bindir, "/usr/local/bin", "/usr/bin", "/bin"])),
+        "HOME": scratch.home,
+        "USER": "aexec",
+        "LOGNAME": "aexec",
+        "TMPDIR": scratch.tmp,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "NO_COLOR": "1",
+        # glibc reserves 64 MiB of address space per thread arena; under RLIMIT_AS a
+        # few threads would otherwise look like a memory cap being hit.
+        "MALLOC_ARENA_MAX": "2",
+    }
+
+
+def under(path: str, dirs: Iterable[str]) -> bool:
+    return any(path.startswith(d.rstrip(os.sep) + os.sep) for d in dirs)
+
+
+def needed_paths(scratch: Scratch, toolchain_paths: Iterable[str]) -> list[str]:
+    """What the run must reach on the host that a tmp target does not already cover: the
+    paths whose untraversable ancestors get masks."""
+    return [p for p in (scratch.root, *toolchain_paths) if not under(p, TMP_TARGETS)]
+
+
+def plan(facts: RunFacts, env: Environment) -> Plan:
+    """The driver's instructions for one run of ``facts`` held to ``env``."""
+    scratch = facts.scratch
+    lim = limits(env)
+    report = scratch.private_file("report.jsonl")
+    rlimits = {
+        "RLIMIT_AS": lim.address_space_bytes,
+        "RLIMIT_CPU": lim.cpu_seconds,
+        "RLIMIT_FSIZE": lim.file_size_bytes,
+        "RLIMIT_NOFILE": lim.open_files,
+        "RLIMIT_CORE": 0,
+    }
+    box: Box | None = None
+    if facts.box is not None:
+        rlimits["RLIMIT_NPROC"] = lim.processes  # the uid is the run's alone
+        covered = [p for p in (scratch.root, *facts.toolchain_paths) if under(p, TMP_TARGETS)]
+        box = {
+            "supervisor_pids": list(facts.box.supervisor_pids),
+            "uid": facts.box.uid,
+            "gid": facts.box.uid,
+            "scratch_root": scratch.root,
+            "sibling_prefix": facts.box.sibling_prefix,
+            "writable": [scratch.work, scratch.home, scratch.tmp, report],
+            "tmp": scratch.tmp,
+            "tmp_targets": list(TMP_TARGETS),
+            "masks": [(hidden, list(paths)) for hidden, paths in facts.box.masks],
+            # covered by the scratch tmp inside: bound back in place by the driver
+            "keep": [p for p in covered if not under(p, covered)],
+        }
+    instructions: Instructions = {
+        "runner": facts.runner,
+        "report": report,
+        "cwd": scratch.work,
+        "sys_path": list(facts.import_roots),
+        "rlimits": rlimits,
+        "box": box,
+        "cgroups": list(facts.cgroup_procs),
+        "snippet": facts.snippet,
+        "argv": list(facts.argv),
+        "pytest_args": [*PYTEST_ARGS, f"--rootdir={scratch.work}", *selection(facts.tests)],
+        "import_modules": modules(facts.touched_sources, facts.import_roots, scratch.work),
+    }
+    env_vars = candidate_env(scratch, facts.python)
+    return Plan(instructions=instructions, env=tuple(sorted(env_vars.items())), report=report)

@@ -1,0 +1,250 @@
+"""The wire between the library and the driver inside the boundary (layer 0: stdlib only).
+
+Two processes speak here, in JSON, and both import this one module (the driver loads it
+by path, since it runs as a script in the candidate's interpreter):
+
+* the library writes one `Instructions` document per run (``spec.json``), with a `Box`
+  when the kernel boundary is built; `BytecodeJob` is the compile job of
+  ``driver.py --bytecode``;
+* the driver appends one `Record` per event to the run's report file, a JSON object a
+  line, flushed as it goes, so what was reported before a kill survives it.
+  `decode_report` is the one reader of that file.
+
+The caps the driver applies to what it reports are named here too, so the two sides
+cannot disagree about them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypedDict, Union
+
+#: Frames kept of an exception's traceback (the innermost ones).
+FRAME_CAP = 32
+#: Characters kept of an exception's message, or a collection error's text.
+MESSAGE_CAP = 4096
+#: The exit status of a run whose boundary could not be built; nothing of it ran.
+BOX_FAILED = 125
+#: The most of the report file that is read back.
+REPORT_CAP_BYTES = 16 * 1024 * 1024
+
+Runner = Literal["pytest", "snippet", "command", "compile_snippet", "compile_tree"]
+
+
+class Box(TypedDict):
+    """The kernel boundary the driver builds (root, namespaces available)."""
+
+    #: The driver's parent must be one of these (aexec, or its fork server).
+    supervisor_pids: list[int]
+    uid: int
+    gid: int
+    scratch_root: str
+    #: Other runs' scratch roots start with this: detached from the view.
+    sibling_prefix: str
+    #: Bound read-write; everything else is read-only.
+    writable: list[str]
+    #: The scratch tmp, bound over each of ``tmp_targets``.
+    tmp: str
+    tmp_targets: list[str]
+    #: ``[hidden dir, [paths under it the run needs]]``: covered by a tmpfs holding only those.
+    masks: list[tuple[str, list[str]]]
+    #: Paths under a tmp target that must stay visible (bound back in place).
+    keep: list[str]
+
+
+class Instructions(TypedDict):
+    """What one run is: ``python -s driver.py SPEC.json`` reads this."""
+
+    runner: Runner
+    report: str
+    cwd: str
+    sys_path: list[str]
+    #: ``RLIMIT_*`` name -> soft and hard value.
+    rlimits: dict[str, int]
+    box: Box | None
+    #: ``cgroup.procs`` files the run's outer process joins.
+    cgroups: list[str]
+    snippet: str | None
+    argv: list[str]
+    pytest_args: list[str]
+    #: Modules a build check imports after compiling the tree.
+    import_modules: list[str]
+
+
+class BytecodeJob(TypedDict):
+    """``python -I driver.py --bytecode < JOB``: compile ``files`` of ``root`` into ``out``."""
+
+    root: str
+    out: str
+    files: list[str]
+    rewrite: list[str]
+
+
+# -- the fork server's socket (``aexec._boundary.forkserver`` <-> ``driver.py --serve``) --
+
+
+class ServerReady(TypedDict, total=False):
+    """The server's first datagram: ready (with the top-level modules it imported) or not."""
+
+    ok: bool
+    modules: list[str]
+    error: str
+
+
+class SpawnRequest(TypedDict):
+    """Fork a run: with it travel three fds (reply socket, the run's stdout, its stderr)."""
+
+    spec: str
+    cwd: str
+    env: dict[str, str]
+
+
+class SpawnReply(TypedDict, total=False):
+    """On the reply socket: ``pid`` at once, then the raw wait ``status`` when reaped."""
+
+    pid: int
+    status: int
+
+
+# -- report records: one per event, in the order they happened --------------------------
+
+
+class ExceptionRecord(TypedDict, total=False):
+    kind: Literal["exception"]
+    #: ``collect setup call teardown`` (pytest), ``run``, ``compile``, ``import``, ``spawn``.
+    phase: str
+    type: str
+    bases: list[str]
+    message: str
+    errno: int | None
+    #: ``[file, line, function]``, innermost last, at most `FRAME_CAP`.
+    frames: list[list[Any]]
+    nodeid: str
+    module: str
+
+
+class ExitRecord(TypedDict):
+    """The snippet raised ``SystemExit`` with this code (its ``repr``)."""
+
+    kind: Literal["exit"]
+    code: str
+
+
+class ChildRecord(TypedDict):
+    """A ``command``'s process ended."""
+
+    kind: Literal["child"]
+    exit: int | None
+    signal: int | None
+
+
+class MainRecord(TypedDict):
+    """The candidate's process ended (written by the driver's init)."""
+
+    kind: Literal["main"]
+    exit: int | None
+    signal: int | None
+
+
+class UsageRecord(TypedDict):
+    """CPU and peak memory of everything the init reaped."""
+
+    kind: Literal["usage"]
+    cpu_s: float
+    maxrss_kib: int
+
+
+class CollectedRecord(TypedDict):
+    kind: Literal["collected"]
+    count: int
+
+
+class CollectErrorRecord(TypedDict):
+    kind: Literal["collect_error"]
+    nodeid: str
+    text: str
+
+
+class StartRecord(TypedDict):
+    kind: Literal["start"]
+    nodeid: str
+
+
+class TestRecord(TypedDict):
+    kind: Literal["test"]
+    nodeid: str
+    verdict: Literal["passed", "failed", "errored", "skipped"]
+
+
+class EndRecord(TypedDict):
+    """pytest's own exit status."""
+
+    kind: Literal["end"]
+    exitstatus: int
+
+
+# Union, not |: the driver may run on an interpreter older than the library's.
+Record = Union[  # noqa: UP007
+    ExceptionRecord,
+    ExitRecord,
+    ChildRecord,
+    MainRecord,
+    UsageRecord,
+    CollectedRecord,
+    CollectErrorRecord,
+    StartRecord,
+    TestRecord,
+    EndRecord,
+]
+
+#: Every record kind, with the fields a record of it must carry and their types.
+RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "exception": {},
+    "exit": {"code": (str,)},
+    "child": {"exit": (int, type(None)), "signal": (int, type(None))},
+    "main": {"exit": (int, type(None)), "signal": (int, type(None))},
+    "usage": {"cpu_s": (int, float), "maxrss_kib": (int,)},
+    "collected": {"count": (int,)},
+    "collect_error": {"nodeid": (str,), "text": (str,)},
+    "start": {"nodeid": (str,)},
+    "test": {"nodeid": (str,), "verdict": (str,)},
+    "end": {"exitstatus": (int,)},
+}
+
+
+def encode(kind: str, fields: dict[str, Any]) -> str:
+    """One report line (without its newline); unserializable values become their repr."""
+    return json.dumps({**fields, "kind": kind}, default=repr)
+
+
+def decode(line: bytes | str) -> Record | None:
+    """One report line as a record, or None if it is not one of `RECORD_FIELDS`' kinds
+    with the fields that kind needs (a candidate may have scribbled on the file)."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    need = RECORD_FIELDS.get(value.get("kind"))  # type: ignore[arg-type]
+    if need is None:
+        return None
+    for name, types in need.items():
+        if not isinstance(value.get(name), types) or isinstance(value.get(name), bool):
+            return None
+    return value  # type: ignore[return-value]
+
+
+def decode_report(data: bytes) -> tuple[tuple[Record, ...], int]:
+    """Every record of a report file's contents, and how many lines were not records."""
+    records: list[Record] = []
+    bad = 0
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        record = decode(line)
+        if record is None:
+            bad += 1
+        else:
+            records.append(record)
+    return tuple(records), bad
