@@ -166,9 +166,7 @@ def test_the_driver_and_the_wire_use_only_the_standard_library() -> None:
     for name in (DRIVER, "_wire"):
         for imp in _imports(mods[name], name):
             if imp.startswith("."):
-                assert name == DRIVER and imp == "._wire", (
-                    f"{name} imports {imp}"
-                )  # under TYPE_CHECKING only
+                assert name == DRIVER and imp == "._wire", f"{name} imports {imp}"  # under TYPE_CHECKING only
                 continue
             root = imp.split(".")[0]
             assert root in sys.stdlib_module_names or root in ("__future__", "pytest", "_pytest"), imp
