@@ -62,7 +62,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_pipeline.observer",
         ],
     ),
-    ("5 front door", ["_api"]),
+    ("5 front door", ["_api", "_jsonl"]),
     (
         "6 optional parts (lazy)",
         [

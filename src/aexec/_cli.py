@@ -17,15 +17,19 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import anyio
-import attrs
 import structlog
 
-from ._api import VERSION, observe_many, validate
+from ._api import VERSION, observe_many
 from ._errors import RequestError
+from ._jsonl import check_cache_dir, open_output, read_cases, read_numbered
 from ._options import Options
 from ._records import Candidate, ExecutionObservation
-from ._serde import candidate as candidate_from_json
 from ._serde import dumps
+
+__all__ = ["main", "read_cases"]
+
+#: On a stderr that is not a terminal, a progress line at most this often.
+PROGRESS_EVERY_S = 10.0
 
 
 def default_cache_dir() -> str:
@@ -40,7 +44,8 @@ def _configure_logging(verbosity: int) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S"),
-            structlog.dev.ConsoleRenderer(colors=False),
+            # A plain traceback (no locals, no frames of rich's), only at -vv and above.
+            structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
@@ -48,58 +53,41 @@ def _configure_logging(verbosity: int) -> None:
     )
 
 
-def read_cases(path: str) -> list[Candidate]:
-    """Parse and check every line; raises `RequestError` naming the first bad line."""
-    base = os.path.dirname(os.path.abspath(path))
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise RequestError(f"{path}: cannot read: {e}") from None
-    out: list[Candidate] = []
-    errors: list[str] = []
-    ignored: Counter[str] = Counter()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            try:
-                data = json.loads(line)
-            except ValueError as e:
-                raise RequestError(f"bad JSON: {e}") from None
-            cand, extra = candidate_from_json(data)
-            ignored.update(extra)
-            if cand.repo is not None:
-                cand = attrs.evolve(cand, repo=os.path.normpath(os.path.join(base, cand.repo)))
-            validate(cand)
-            out.append(cand)
-        except RequestError as e:
-            errors.append(f"{path}:{number}: {e}")
-    if errors:
-        more = f" (and {len(errors) - 1} more malformed lines)" if len(errors) > 1 else ""
-        raise RequestError(errors[0] + more)
-    if ignored:
-        names = ", ".join(f"{k} ({n}×)" for k, n in sorted(ignored.items()))
-        print(f"aexec: ignoring fields the contract does not define: {names}", file=sys.stderr)
-    return out
-
-
 class _OrderedWriter:
-    """Writes observations to ``fd`` in input order, each line in one write()."""
+    """Writes observations to ``fd`` in input order, each line whole; counts what it saw.
+
+    A write that fails (a full disk) is remembered, not raised: the run goes on, and the
+    command ends with one line saying how many observations were written.
+    """
 
     def __init__(self, fd: int, count: int) -> None:
         self.fd = fd
         self.pending: dict[int, ExecutionObservation] = {}
         self.next = 0
         self.count = count
+        self.seen: Counter[str] = Counter()
+        self.error: OSError | None = None
 
     def put(self, index: int, obs: ExecutionObservation) -> None:
+        self.seen[obs.verdict] += 1
         self.pending[index] = obs
         while self.next in self.pending:
             data = (dumps(self.pending.pop(self.next)) + "\n").encode("utf-8")
-            while data:
-                data = data[os.write(self.fd, data) :]
-            self.next += 1
+            if self.error is None:
+                try:
+                    while data:
+                        data = data[os.write(self.fd, data) :]
+                except OSError as e:
+                    self.error = e
+            if self.error is None:
+                self.next += 1
+            else:
+                self.pending.clear()
+                return
+
+    def progress(self, wall: float) -> str:
+        parts = ", ".join(f"{n} {v}" for v, n in sorted(self.seen.items()))
+        return f"aexec: {sum(self.seen.values())}/{self.count} observed ({parts or 'none yet'}) after {wall:.0f} s"
 
 
 def _summary(observations: Sequence[ExecutionObservation], wall: float, out: TextIO) -> None:
@@ -121,10 +109,10 @@ class _Interrupted:
 
 
 async def _observe(
-    args: argparse.Namespace, cases: list[Candidate], interrupted: _Interrupted
+    args: argparse.Namespace, cases: list[Candidate], writer: _OrderedWriter, interrupted: _Interrupted
 ) -> list[ExecutionObservation]:
-    """Observe ``cases`` into the output file; SIGINT or SIGTERM cancels the whole run,
-    which kills every running candidate and removes every scratch root before returning."""
+    """Observe ``cases`` into the writer; SIGINT or SIGTERM cancels the whole run, which
+    kills every running candidate and removes every scratch root before returning."""
     results: list[ExecutionObservation] = []
     async with anyio.create_task_group() as tg:
 
@@ -135,16 +123,24 @@ async def _observe(
                     tg.cancel_scope.cancel()
                     return
 
+        async def report_progress() -> None:
+            start = anyio.current_time()
+            while True:
+                await anyio.sleep(PROGRESS_EVERY_S)
+                print(writer.progress(anyio.current_time() - start), file=sys.stderr, flush=True)
+
         tg.start_soon(stop_on_signal)
-        results = await _observe_all(args, cases)
+        if not sys.stderr.isatty():
+            tg.start_soon(report_progress)
+        results = await _observe_all(args, cases, writer)
         tg.cancel_scope.cancel()
     return results
 
 
-async def _observe_all(args: argparse.Namespace, cases: list[Candidate]) -> list[ExecutionObservation]:
-    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
-    fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    writer = _OrderedWriter(fd, len(cases))
+async def _observe_all(
+    args: argparse.Namespace, cases: list[Candidate], writer: _OrderedWriter
+) -> list[ExecutionObservation]:
+    cache_dir = args.cache_dir
     progress = None
     if sys.stderr.isatty():
         from rich.console import Console
@@ -164,19 +160,16 @@ async def _observe_all(args: argparse.Namespace, cases: list[Candidate]) -> list
 
         executor = RayExecutor(address=args.ray)
     options = Options.from_env(limit=args.jobs, cache_dir=cache_dir)
-    try:
-        if progress is None:
-            return await observe_many(cases, options=options, on_observation=writer.put, executor=executor)
-        with progress:
-            task = progress.add_task("observing", total=len(cases))
+    if progress is None:
+        return await observe_many(cases, options=options, on_observation=writer.put, executor=executor)
+    with progress:
+        task = progress.add_task("observing", total=len(cases))
 
-            def seen(i: int, obs: ExecutionObservation) -> None:
-                writer.put(i, obs)
-                progress.advance(task)
+        def seen(i: int, obs: ExecutionObservation) -> None:
+            writer.put(i, obs)
+            progress.advance(task)
 
-            return await observe_many(cases, options=options, on_observation=seen, executor=executor)
-    finally:
-        os.close(fd)
+        return await observe_many(cases, options=options, on_observation=seen, executor=executor)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -184,8 +177,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"aexec {VERSION}")
     sub = p.add_subparsers(dest="command", required=True)
     o = sub.add_parser("observe", help="observe every request of a JSONL file")
-    o.add_argument("cases", help="the requests, one JSON object per line")
-    o.add_argument("-o", "--output", required=True, help="where the observations go (JSONL)")
+    o.add_argument("cases", help="the requests, one JSON object per line (- for stdin)")
+    o.add_argument("-o", "--output", required=True, help="where the observations go (JSONL; - for stdout)")
     o.add_argument(
         "--jobs",
         type=int,
@@ -194,7 +187,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     g = o.add_mutually_exclusive_group()
     g.add_argument("--cache-dir", default=None, help=f"behavioural cache (default: {default_cache_dir()})")
-    g.add_argument("--no-cache", action="store_true", help="observe everything afresh, store nothing")
+    g.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="no disk cache: nothing is served from or stored to disk (identical requests in"
+        " one run still run once and share their observation, spec §3.6)",
+    )
     o.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
     o.add_argument(
         "--ray",
@@ -216,17 +214,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         cases = read_cases(args.cases)
+        # Everything that could lose the work is checked before the first run.
+        if not args.no_cache:
+            args.cache_dir = check_cache_dir(args.cache_dir or default_cache_dir())
+        fd = open_output(args.output, [args.cases])
     except RequestError as e:
         print(f"aexec: {e}", file=sys.stderr)
         return 2
     start = time.monotonic()
     interrupted = _Interrupted()
-    observations = anyio.run(_observe, args, cases, interrupted)
+    writer = _OrderedWriter(fd, len(cases))
+    try:
+        observations = anyio.run(_observe, args, cases, writer, interrupted)
+    finally:
+        os.close(fd)
     if interrupted.signal is not None:
         name = signal.Signals(interrupted.signal).name
         print(f"aexec: interrupted by {name}; the lines written so far are complete", file=sys.stderr)
         return 128 + interrupted.signal
     _summary(observations, time.monotonic() - start, sys.stderr)
+    if writer.error is not None:
+        print(
+            f"aexec: could not write to {args.output} ({writer.error.strerror or writer.error});"
+            f" {writer.next} of {len(cases)} observations written",
+            file=sys.stderr,
+        )
+        return 1
     errors = [o for o in observations if o.verdict == "error"]
     for o in errors:
         print(f"aexec: could not observe {o.id!r}: {o.error}", file=sys.stderr)
@@ -280,6 +293,14 @@ def _more_commands(sub: Any) -> None:
         help="runs under way at once (default: 4 per core, one per core while busy)",
     )
     a.add_argument("--check", action="store_true", help="exit 1 unless the pipeline wins")
+    gc = sub.add_parser("gc", help="remove what killed aexec processes left (scratch roots, mounts, cgroups)")
+    gc.add_argument(
+        "--scratch-dir", action="append", default=[], help="a scratch base to sweep (default: the TMPDIR)"
+    )
+    gc.add_argument(
+        "--registry", default=None, help="the registry of aexec processes (default: /run/aexec as root)"
+    )
+    gc.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
     a.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
 
 
@@ -298,13 +319,14 @@ def _discriminate_main(args: argparse.Namespace) -> int:
     if _bad_jobs(args):
         return 2
     try:
-        cases = read_cases(args.cases)
+        cases, numbers = read_numbered(args.cases)
         prober = prober_from_env()
+        if not args.no_cache:
+            args.cache_dir = check_cache_dir(args.cache_dir or default_cache_dir())
+        os.close(open_output(args.output, [args.cases]))  # checked (and created) before anything runs
     except RequestError as e:
         print(f"aexec: {e}", file=sys.stderr)
         return 2
-    with open(args.cases, encoding="utf-8") as f:
-        numbers = [n for n, line in enumerate(f.read().splitlines(), start=1) if line.strip()]
     tasks: dict[Any, list[int]] = {}
     for i, c in enumerate(cases):
         tasks.setdefault(task_key(c), []).append(i)
@@ -316,7 +338,7 @@ def _discriminate_main(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    cache_dir = None if args.no_cache else args.cache_dir
 
     async def run_all() -> list[Any]:
         return [
@@ -332,7 +354,12 @@ def _discriminate_main(args: argparse.Namespace) -> int:
 
     results = anyio.run(run_all)
     errors = 0
-    with open(args.output, "w", encoding="utf-8") as out:
+    with open(
+        sys.stdout.fileno() if args.output == "-" else args.output,
+        "w",
+        encoding="utf-8",
+        closefd=args.output != "-",
+    ) as out:
         for n, ((repo, tests), r) in enumerate(zip(tasks, results, strict=True)):
             line = {
                 "task": n,
@@ -393,4 +420,22 @@ def _ab_main(args: argparse.Namespace) -> int:
     return 1 if args.check and not report.wins else 0
 
 
-_COMMANDS = {"discriminate": _discriminate_main, "ab": _ab_main}
+def _gc_main(args: argparse.Namespace) -> int:
+    """Remove what dead aexec processes left: mounts, registered scratch roots, cgroups."""
+    import tempfile
+
+    from ._boundary.cgroups import own_cgroups
+    from ._boundary.leftovers import default_registry, sweep_cgroups, sweep_leftovers
+
+    bases = [os.path.abspath(d) for d in args.scratch_dir] or [tempfile.gettempdir()]
+    swept = sweep_leftovers(args.registry or default_registry(), *bases)
+    cgroups = own_cgroups()
+    if cgroups is not None:
+        swept += sweep_cgroups(cgroups)
+    for path in swept:
+        print(f"aexec gc: removed {path}", file=sys.stderr)
+    print(f"aexec gc: {len(swept)} leftovers of dead aexec processes removed", file=sys.stderr)
+    return 0
+
+
+_COMMANDS = {"discriminate": _discriminate_main, "ab": _ab_main, "gc": _gc_main}

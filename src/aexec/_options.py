@@ -52,6 +52,9 @@ class Options:
     cache_dir: str | None = attrs.field(default=None, converter=_absolute)
     #: Where scratch roots are made (default: ``tempfile.gettempdir()``).
     scratch_dir: str | None = attrs.field(default=None, converter=_absolute)
+    #: Where each aexec process records its scratch bases, so that what a killed one
+    #: left is found wherever its TMPDIR was (default: ``/run/aexec`` as root).
+    registry: str | None = attrs.field(default=None, converter=_absolute)
     #: Fork runs from warm interpreters; False: every run starts a fresh one.
     forkserver: bool = True
     #: Compile a repo's modules once for all its runs; False: each run compiles its own.

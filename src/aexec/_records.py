@@ -7,15 +7,21 @@ the contract's JSON and back.
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 import attrs
 
+from ._errors import RequestError
 from ._types import (
     ARTIFACT_SHAPES,
     DEFAULT_DISK_MIB,
     DEFAULT_OPEN_FILES,
     DEFAULT_PIDS,
+    MAX_RAM_MIB,
+    MAX_TIMEOUT_S,
+    MIN_RAM_MIB,
     REQUEST_TYPES,
     ArtifactShape,
     FailureClass,
@@ -40,18 +46,41 @@ __all__ = [
 ]
 
 
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+def _bounded(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    """A declared cap is None or a number within its bounds (`POLICY_BOUNDS`)."""
+    if value is None:
+        return
+    name = attribute.name
+    integral = name == "ram_mib"
+    if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
+        raise RequestError(f"policy.{name} must be {'an integer' if integral else 'a number'}, got {value!r}")
+    low, high, low_open = policy_bounds()[name]
+    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
+        span = f"({low:g}, {high:g}]" if low_open else f"[{low:g}, {high:g}]"
+        raise RequestError(f"policy.{name} must be in {span}, got {value!r}")
+
+
+def policy_bounds() -> dict[str, tuple[float, float, bool]]:
+    """Per declared cap: (lowest, highest, lowest excluded). ``cpu_cores`` is bounded by
+    this machine's cores."""
+    return {
+        "timeout_s": (0.0, MAX_TIMEOUT_S, True),
+        "ram_mib": (float(MIN_RAM_MIB), float(MAX_RAM_MIB), False),
+        "cpu_cores": (0.0, float(os.cpu_count() or 1), True),
+    }
 
 
 @attrs.frozen
 class Policy:
-    """Declared overrides of the isolation defaults (spec §3.2); ``None`` keeps the default."""
+    """Declared overrides of the isolation defaults (spec §3.2); ``None`` keeps the default.
 
-    timeout_s: float | None = attrs.field(default=None, validator=_positive)
-    ram_mib: int | None = attrs.field(default=None, validator=_positive)
-    cpu_cores: float | None = attrs.field(default=None, validator=_positive)
+    Each value is checked against its bounds when the record is made (`policy_bounds`):
+    the command line and the Python API reject the same values, before anything runs.
+    """
+
+    timeout_s: float | None = attrs.field(default=None, validator=_bounded)
+    ram_mib: int | None = attrs.field(default=None, validator=_bounded)
+    cpu_cores: float | None = attrs.field(default=None, validator=_bounded)
 
 
 def _to_tuple(value: Any) -> Any:
@@ -66,8 +95,8 @@ class Candidate:
     written to — the candidate runs on a scratch copy of it.
     """
 
-    request_type: RequestType = attrs.field(validator=attrs.validators.in_(REQUEST_TYPES))
-    artifact_shape: ArtifactShape = attrs.field(validator=attrs.validators.in_(ARTIFACT_SHAPES))
+    request_type: RequestType
+    artifact_shape: ArtifactShape
     id: str | int | None = None
     code: str | None = None
     command: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
@@ -77,6 +106,49 @@ class Candidate:
     tests: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     python: str | None = None
     policy: Policy = Policy()
+
+    def __attrs_post_init__(self) -> None:
+        _check_candidate(self)
+
+
+def _valid_text(name: str, value: object, *, path: bool = False) -> None:
+    if not isinstance(value, str):
+        raise RequestError(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(f"{name} is not valid Unicode (a lone surrogate at index {e.start})") from None
+    if path and "\0" in value:
+        raise RequestError(f"{name} contains a NUL character")
+
+
+def _check_candidate(c: Candidate) -> None:
+    """Every field of a request, checked as it is made; raises `RequestError` naming it."""
+    for name, allowed in (("request_type", REQUEST_TYPES), ("artifact_shape", ARTIFACT_SHAPES)):
+        value = getattr(c, name)
+        if value not in allowed:
+            raise RequestError(f"unknown {name} {value!r} (expected one of {', '.join(allowed)})")
+    if c.id is not None:
+        if isinstance(c.id, bool) or not isinstance(c.id, str | int):
+            raise RequestError(f"id must be a string or an integer, got {type(c.id).__name__}")
+        if isinstance(c.id, str):
+            _valid_text("id", c.id)
+    for name in ("code", "patch"):
+        if getattr(c, name) is not None:
+            _valid_text(name, getattr(c, name))
+    for name in ("repo", "python"):
+        if getattr(c, name) is not None:
+            _valid_text(name, getattr(c, name), path=True)
+    for name in ("command", "tests"):
+        value = getattr(c, name)
+        if value is None:
+            continue
+        if not isinstance(value, tuple):
+            raise RequestError(f"{name} must be a list of strings, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            _valid_text(f"{name}[{i}]", item, path=name == "command")
+    if not isinstance(c.policy, Policy):
+        raise RequestError(f"policy must be an aexec.Policy, got {type(c.policy).__name__}")
 
 
 @attrs.frozen

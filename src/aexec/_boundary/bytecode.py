@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import hashlib
 import json
 import os
 import secrets
@@ -20,7 +21,7 @@ import anyio
 
 from .._log import get_logger
 from . import DRIVER
-from .trees import python_sources
+from .trees import python_sources, read_regular
 
 log = get_logger(__name__)
 
@@ -51,8 +52,40 @@ def rewritten_sources(files: Iterable[str], tests: Iterable[str] | None) -> list
     return out
 
 
+#: In each compiled repo: the SHA-256 of every file it holds, checked before it is used.
+MANIFEST = "MANIFEST.sha256"
+
+
+def _files(root: str) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        out += [os.path.relpath(os.path.join(dirpath, n), root) for n in sorted(filenames)]
+    return [f for f in out if f != MANIFEST]
+
+
+def _digests(root: str) -> dict[str, str]:
+    out = {}
+    for rel in _files(root):
+        data = read_regular(os.path.join(root, rel))
+        out[rel] = "" if data is None else hashlib.sha256(data).hexdigest()
+    return out
+
+
+def verified(out: str) -> bool:
+    """Whether the compiled repo ``out`` holds exactly what its manifest says."""
+    try:
+        with open(os.path.join(out, MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest == _digests(out)
+
+
 def _publish(tmp: str, out: str) -> bool:
     os.makedirs(tmp, exist_ok=True)
+    with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(_digests(tmp), f)
     try:
         os.rename(tmp, out)
     except OSError:  # another call made it first
@@ -100,13 +133,19 @@ BYTECODE_KEPT = 64
 
 
 def touch(out: str, base: str) -> bool:
-    """Whether ``out`` was compiled already (then marked recent, for pruning)."""
+    """Whether ``out`` was compiled already and is intact (then marked recent, for
+    pruning). A damaged one (a file changed, added or missing: `verified`) is removed,
+    to be compiled again, and logged."""
     os.makedirs(base, exist_ok=True)
     try:
         os.utime(out)
     except FileNotFoundError:
         return False
-    return True
+    if verified(out):
+        return True
+    log.warning("bytecode_store_damaged", path=out)
+    shutil.rmtree(out, ignore_errors=True)
+    return False
 
 
 def prune(base: str) -> None:

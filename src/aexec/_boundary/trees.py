@@ -15,6 +15,8 @@ import stat
 import tomllib
 from collections.abc import Iterator
 
+from .._errors import AexecError
+
 #: Never copied into a view, never hashed: caches and VCS metadata, not code.
 EXCLUDED_NAMES = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox"}
@@ -37,19 +39,53 @@ def copy_ignore(directory: str, names: list[str]) -> set[str]:
     }
 
 
-def walk(root: str) -> Iterator[str]:
-    """Every regular file and symlink under ``root`` (symlinked dirs not entered), sorted,
-    excluded names and bytecode left out."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_NAMES)
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            if not name.endswith(".pyc") and not _special(full):
-                yield full
-        for d in dirnames:
-            full = os.path.join(dirpath, d)
-            if os.path.islink(full):
-                yield full
+#: A walk stops past this many entries: a repo that large is refused, a scratch
+#: snapshot is cut there (and says so).
+WALK_CAP = 1_000_000
+SNAPSHOT_CAP = 200_000
+
+
+class TreeTooLarge(AexecError):
+    """A walk met more entries than its cap."""
+
+
+def _scan(root: str, cap: int, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, lstat) of every non-directory under ``root``, directories entered depth first
+    in name order without recursion (any depth) and without following links; directories
+    named in ``skip`` are not entered. Raises `TreeTooLarge` past ``cap`` entries."""
+    stack = [root]
+    seen = 0
+    while stack:
+        here = stack.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for entry in entries:
+            seen += 1
+            if seen > cap:
+                raise TreeTooLarge(f"{root}: more than {cap} entries")
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if entry.name not in skip:
+                    subdirs.append(entry.path)
+            else:
+                yield entry.path, st
+        stack.extend(reversed(subdirs))
+
+
+def walk(root: str, cap: int = WALK_CAP) -> Iterator[str]:
+    """Every regular file and symlink under ``root`` (symlinked dirs not entered), in name
+    order, excluded names and bytecode left out; special files skipped."""
+    for path, st in _scan(root, cap, EXCLUDED_NAMES):
+        if path.endswith(".pyc") or not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            continue
+        yield path
 
 
 def read_regular(path: str, limit: int = -1) -> bytes | None:
@@ -121,20 +157,22 @@ def pytest_config(root: str, name: str) -> str | None:
         return "<unparseable>\n" + text  # unreadable config: compare it whole
 
 
-def snapshot(root: str) -> dict[str, tuple[int, int]]:
-    """(size, mtime_ns) of every file under a scratch root, the private dir excluded."""
+def snapshot(root: str, cap: int = SNAPSHOT_CAP) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file under a scratch root, the private dir excluded; at
+    most ``cap`` files (a cut snapshot holds `SNAPSHOT_CUT` as a key)."""
     out: dict[str, tuple[int, int]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        if dirpath == root:
-            dirnames[:] = [d for d in dirnames if d != ".aexec"]
-        for name in filenames:
-            full = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(full)
-            except OSError:
-                continue
-            out[os.path.relpath(full, root)] = (st.st_size, st.st_mtime_ns)
+    try:
+        for path, st in _scan(root, cap):
+            rel = os.path.relpath(path, root)
+            if not rel.startswith(".aexec" + os.sep):
+                out[rel] = (st.st_size, st.st_mtime_ns)
+    except TreeTooLarge:
+        out[SNAPSHOT_CUT] = (cap, 0)
     return out
+
+
+#: The key a cut snapshot carries.
+SNAPSHOT_CUT = "\0cut"
 
 
 def changed_state(before: dict[str, tuple[int, int]], root: str) -> str:
@@ -143,15 +181,20 @@ def changed_state(before: dict[str, tuple[int, int]], root: str) -> str:
 
 
 def describe_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> str:
+    """The summary of ``changed_state``: what was created, modified, deleted."""
+    cut = SNAPSHOT_CUT in before or SNAPSHOT_CUT in after
+    before = {k: v for k, v in before.items() if k != SNAPSHOT_CUT}
+    after = {k: v for k, v in after.items() if k != SNAPSHOT_CUT}
     created = sorted(set(after) - set(before))
     deleted = sorted(set(before) - set(after))
     modified = sorted(p for p in set(before) & set(after) if before[p] != after[p])
     if not (created or deleted or modified):
-        return "no files written"
+        return "no files written" + (f" (more than {SNAPSHOT_CAP} files: not all compared)" if cut else "")
     parts = []
     for label, paths in (("created", created), ("modified", modified), ("deleted", deleted)):
         if paths:
             shown = ", ".join(paths[:20]) + (f", … (+{len(paths) - 20})" if len(paths) > 20 else "")
             parts.append(f"{len(paths)} {label}: {shown}")
     written = sum(after[p][0] for p in created + modified)
-    return "; ".join(parts) + f" ({written} bytes in created/modified files)"
+    note = f"; more than {SNAPSHOT_CAP} files: the rest not compared" if cut else ""
+    return "; ".join(parts) + f" ({written} bytes in created/modified files){note}"

@@ -20,7 +20,7 @@ import anyio
 from .._boundary import DRIVER
 from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
 from .._boundary.isolation import Isolation, detect_isolation
-from .._boundary.leftovers import sweep_cgroups, sweep_scratch
+from .._boundary.leftovers import default_registry, register, sweep_cgroups, sweep_leftovers
 from .._boundary.scratch import SCRATCH_PREFIX
 from .._boundary.supervise import LocalSupervisor, Supervisor
 from .._log import get_logger
@@ -78,7 +78,12 @@ class Observer:
         # two calls racing here each probe, which is harmless.
         if scratch_base not in self._swept:
             self._swept.add(scratch_base)
-            await in_thread(sweep_scratch, scratch_base)
+            registry = self.options.registry or default_registry()
+            await in_thread(sweep_leftovers, registry, scratch_base)
+            try:
+                await in_thread(register, registry, scratch_base)
+            except OSError as e:  # an unwritable registry: sweeping after a kill is on TMPDIR alone
+                log.warning("registry_unwritable", registry=registry, error=str(e))
         if self._isolation is None:
             found = await in_thread(
                 lambda: detect_isolation(namespaces=self.options.namespaces, cgroups=self.options.cgroups)
@@ -172,8 +177,8 @@ class Observer:
                     job = await session.job(i, items[i], classification, runner)
                     obs = await observe_one(session, job)
                 except Exception as e:
-                    log.exception("observation_failed", candidate=items[i].id)
                     obs = unobservable(items[i], classification, e, self.version)
+                    log.warning("observation_failed", candidate=items[i].id, error=obs.error)
                 results[i] = obs
                 if on_observation is not None:
                     on_observation(i, obs)
