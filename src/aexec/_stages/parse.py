@@ -104,18 +104,18 @@ def _at_import(frames: tuple[Frame, ...]) -> bool:
 
 def _error(rec: ExceptionRecord, cwd: str, snippet: str | None) -> RaisedError:
     frames = tuple(
-        Frame(_display(str(f[0]), cwd, snippet), int(f[1] or 0), str(f[2]))
-        for f in rec.get("frames") or ()
+        Frame(_display(str(f[0]), cwd, snippet), f[1] if type(f[1]) is int else 0, str(f[2]))
+        for f in (rec.get("frames") if isinstance(rec.get("frames"), list) else None) or ()
         if isinstance(f, list) and len(f) == 3
     )[-FRAME_CAP:]
     phase = str(rec.get("phase") or "run")
     return RaisedError(
         type=str(rec.get("type") or "builtins.Exception"),
-        bases=tuple(str(b) for b in rec.get("bases") or ()),
+        bases=tuple(str(b) for b in (rec.get("bases") if isinstance(rec.get("bases"), list) else None) or ()),
         message=str(rec.get("message") or "")[:MESSAGE_CAP_CHARS],
         frames=frames,
         phase=phase,
-        nodeid=rec.get("nodeid"),
+        nodeid=rec.get("nodeid") if isinstance(rec.get("nodeid"), str) else None,
         errno=rec.get("errno") if isinstance(rec.get("errno"), int) else None,
         at_import=phase in ("collect", "import") or _at_import(frames),
     )
