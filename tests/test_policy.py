@@ -48,18 +48,35 @@ def test_overrides_are_recorded_and_realized() -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "field"),
+    ("field", "value"),
     [
-        (Policy(timeout_s=10_000), "timeout_s"),
-        (Policy(cpu_cores=3), "cpu_cores"),
-        (Policy(ram_mib=1), "ram_mib"),
+        ("timeout_s", 10_000),
+        ("timeout_s", 0),
+        ("timeout_s", -1),
+        ("timeout_s", float("inf")),
+        ("timeout_s", float("nan")),
+        ("timeout_s", True),
+        ("cpu_cores", 4096),
+        ("cpu_cores", 0),
+        ("ram_mib", 1),
+        ("ram_mib", 1e27),
+        ("ram_mib", 256.0),
     ],
 )
-def test_out_of_range_overrides_are_refused(policy: Policy, field: str) -> None:
+def test_out_of_range_overrides_are_refused_when_the_policy_is_made(field: str, value: object) -> None:
+    # the same bounds for the CLI (which makes a Policy from each line) and the API
     with pytest.raises(RequestError, match=f"policy.{field}"):
-        _declare("test_execution", policy)
+        Policy(**{field: value})  # type: ignore[arg-type]
 
 
-def test_non_positive_override_is_refused_at_construction() -> None:
-    with pytest.raises(ValueError, match="timeout_s"):
-        Policy(timeout_s=0)
+def test_declare_still_refuses_more_cores_than_the_machine_it_runs_on() -> None:
+    with pytest.raises(RequestError, match="policy.cpu_cores"):
+        declare(
+            "test_execution",  # type: ignore[arg-type]
+            Policy(cpu_cores=2.0),
+            toolchain="/usr/bin/python3",
+            toolchain_version="CPython 3.11",
+            enforced={},
+            repo_view="copy",
+            max_cores=1.0,
+        )
