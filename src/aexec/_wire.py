@@ -31,6 +31,13 @@ REPORT_CAP_BYTES = 16 * 1024 * 1024
 Runner = Literal["pytest", "snippet", "command", "compile_snippet", "compile_tree"]
 
 
+class Mask(TypedDict):
+    """A directory others cannot traverse, covered by a tmpfs holding only ``paths`` under it."""
+
+    hidden: str
+    paths: list[str]
+
+
 class Box(TypedDict):
     """The kernel boundary the driver builds (root, namespaces available)."""
 
@@ -46,8 +53,9 @@ class Box(TypedDict):
     #: The scratch tmp, bound over each of ``tmp_targets``.
     tmp: str
     tmp_targets: list[str]
-    #: ``[hidden dir, [paths under it the run needs]]``: covered by a tmpfs holding only those.
-    masks: list[tuple[str, list[str]]]
+    #: Hidden directories and the paths under them the run needs (JSON objects, not
+    #: pairs: a tuple would come back from JSON as a list).
+    masks: list[Mask]
     #: Paths under a tmp target that must stay visible (bound back in place).
     keep: list[str]
 
@@ -217,20 +225,25 @@ def encode(kind: str, fields: dict[str, Any]) -> str:
     return json.dumps({**fields, "kind": kind}, default=repr)
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def decode(line: bytes | str) -> Record | None:
     """One report line as a record, or None if it is not one of `RECORD_FIELDS`' kinds
     with the fields that kind needs (a candidate may have scribbled on the file)."""
     try:
-        value = json.loads(line)
+        value = json.loads(line, parse_constant=_not_json)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(value, dict):
-        return None
-    need = RECORD_FIELDS.get(value.get("kind"))  # type: ignore[arg-type]
+    if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
+        return None  # a kind of another type (a list, say) is not even hashable
+    need = RECORD_FIELDS.get(value["kind"])
     if need is None:
         return None
     for name, types in need.items():
-        if not isinstance(value.get(name), types) or isinstance(value.get(name), bool):
+        # present, even when it may be null: a missing field is not a null one
+        if name not in value or not isinstance(value[name], types) or isinstance(value[name], bool):
             return None
     return value  # type: ignore[return-value]
 

@@ -210,7 +210,8 @@ def build_view(box: Box) -> None:
     # Directories others cannot traverse (e.g. /root holding the interpreter) are
     # covered by a fresh tmpfs holding only what the candidate needs from them, bound
     # back through fds opened before the cover (the scratch root may be among them).
-    for hidden, needed in box["masks"]:
+    for mask in box["masks"]:
+        hidden, needed = mask["hidden"], mask["paths"]
         held = {path: os.open(path, os.O_PATH) for path in needed}
         mount("aexec-mask", hidden, "tmpfs", MS_NOSUID | MS_NODEV)
         os.chmod(hidden, 0o755)

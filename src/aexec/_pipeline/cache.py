@@ -49,7 +49,9 @@ class DiskCache:
         self.directory = directory
         self.max_entries = max_entries
         os.makedirs(directory, exist_ok=True)
-        self._count = sum(1 for n in os.listdir(directory) if n.endswith(".json"))
+        #: Entries, counted at the first put (in its worker thread, not where the cache is
+        #: made: a session makes it on the event loop, and the listing scales with the dir).
+        self._count: int | None = None
 
     def _path(self, key: str) -> str:
         return os.path.join(self.directory, key + ".json")
@@ -93,10 +95,12 @@ class DiskCache:
             except OSError:
                 pass
             raise
-        if not existed:
+        if self._count is None:
+            self._count = sum(1 for n in os.listdir(self.directory) if n.endswith(".json"))
+        elif not existed:
             self._count += 1
-            if self._count > self.max_entries:
-                self._prune()
+        if not existed and self._count > self.max_entries:
+            self._prune()
 
     def _prune(self) -> None:
         entries = []

@@ -29,7 +29,7 @@ from .._boundary.scratch import (
     write_private,
 )
 from .._boundary.supervise import Invocation
-from .._boundary.trees import PYTEST_CONFIGS, describe_changes, pytest_config, snapshot
+from .._boundary.trees import PYTEST_CONFIGS, changed_state, pytest_config, snapshot
 from .._errors import AexecError
 from .._stages.assemble import Run
 from .._stages.parse import SNIPPET_NAME, parse
@@ -124,14 +124,15 @@ async def run_once(
         evidence = parse(raw, job.runner, cwd=scratch.work, snippet=snippet)
         if evidence.box_failed:
             raise AexecError(raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "boundary failed")
-        after = await in_thread(snapshot, scratch.root)
+        # the walk and the diff both scale with what the candidate wrote: off the loop
+        changed = await in_thread(changed_state, before, scratch.root)
         run = Run(
             evidence=evidence,
             stdout=raw.stdout,
             stderr=raw.stderr,
             cwd=scratch.work,
             scratch_root=scratch.root,
-            changed_state=describe_changes(before, after),
+            changed_state=changed,
             cpu_s=raw.cpu_s,
             peak_ram_mib=raw.peak_ram_mib,
         )

@@ -189,7 +189,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
             "writable": [scratch.work, scratch.home, scratch.tmp, report],
             "tmp": scratch.tmp,
             "tmp_targets": list(TMP_TARGETS),
-            "masks": [(hidden, list(paths)) for hidden, paths in facts.box.masks],
+            "masks": [{"hidden": hidden, "paths": list(paths)} for hidden, paths in facts.box.masks],
             # covered by the scratch tmp inside: bound back in place by the driver
             "keep": [p for p in covered if not under(p, covered)],
         }

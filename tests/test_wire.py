@@ -1,0 +1,281 @@
+"""Goal 3, a typed wire: what the driver writes is what the library reads (issue 17).
+
+The driver is exercised as it really runs: ``driver.py`` as a file, in a subprocess of
+its own, loading ``_wire.py`` by path. Its records are read back with the library's one
+reader, `aexec._wire.decode_report`; its caps are checked by what it does, against a
+copy of the wire with other values.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aexec import Policy, _wire
+from aexec._boundary import DRIVER
+from aexec._stages.plan import BoxFacts, RunFacts, Scratch, plan
+from aexec._stages.policy import declare
+from aexec._wire import RECORD_FIELDS, Box, Instructions, decode, decode_report
+
+#: One record of every kind, as the driver writes it (``kind`` is Report.write's first argument).
+SAMPLES: dict[str, list[dict[str, Any]]] = {
+    "exception": [
+        {
+            "phase": "call",
+            "type": "builtins.ValueError",
+            "bases": [
+                "builtins.ValueError",
+                "builtins.Exception",
+                "builtins.BaseException",
+                "builtins.object",
+            ],
+            "message": "bad \u00e9 \udc80 surrogate, \n newline, \x00 nul",
+            "errno": None,
+            "frames": [["/w/test_x.py", 3, "test_x"], ["/w/x.py", 10, "f"]],
+            "nodeid": "test_x.py::test_x",
+        },
+        {
+            "phase": "import",
+            "type": "builtins.OSError",
+            "bases": [],
+            "message": "",
+            "errno": 2,
+            "frames": [],
+            "module": "pkg.mod",
+        },
+    ],
+    "exit": [{"code": "None"}, {"code": "'message'"}],
+    "child": [{"exit": 3, "signal": None}, {"exit": None, "signal": 9}],
+    "main": [{"exit": 0, "signal": None}, {"exit": None, "signal": 15}],
+    "usage": [{"cpu_s": 0.25, "maxrss_kib": 10240}, {"cpu_s": 0, "maxrss_kib": 0}],
+    "collected": [{"count": 0}, {"count": 12}],
+    "collect_error": [{"nodeid": "tests/test_a.py", "text": "E   SyntaxError"}],
+    "start": [{"nodeid": "tests/test_a.py::test_a[x-1]"}],
+    "test": [
+        {"nodeid": "tests/test_a.py::test_a", "verdict": v}
+        for v in ("passed", "failed", "errored", "skipped")
+    ],
+    "end": [{"exitstatus": 0}, {"exitstatus": 5}],
+}
+
+#: Run ``driver.py`` as a file (``runpy.run_path``, as ``python driver.py`` would, minus
+#: ``main()``) and write the records of stdin through its own ``Report``.
+WRITER = """\
+import json, runpy, sys
+driver = runpy.run_path(sys.argv[1], run_name="aexec_driver")
+report = driver["Report"](sys.argv[2])
+for kind, fields in json.load(sys.stdin):
+    report.write(kind, **fields)
+print(json.dumps({
+    "caps": [driver["FRAME_CAP"], driver["MESSAGE_CAP"], driver["BOX_FAILED"]],
+    "aexec_imported": sorted(m for m in sys.modules if m == "aexec" or m.startswith("aexec.")),
+}))
+"""
+
+
+def write_through_driver(
+    tmp_path: Path, records: list[tuple[str, dict[str, Any]]], driver: str = DRIVER
+) -> tuple[bytes, dict[str, Any]]:
+    report = tmp_path / "report.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-s", "-c", WRITER, driver, str(report)],
+        input=json.dumps(records),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return report.read_bytes(), json.loads(done.stdout)
+
+
+def test_every_record_kind_round_trips_through_the_drivers_report(tmp_path: Path) -> None:
+    assert set(SAMPLES) == set(RECORD_FIELDS), "a record kind without a round-trip sample"
+    for kind, samples in SAMPLES.items():
+        for sample in samples:
+            assert set(RECORD_FIELDS[kind]) <= set(sample), (kind, sample)
+    written = [(kind, fields) for kind, samples in SAMPLES.items() for fields in samples]
+    data, info = write_through_driver(tmp_path, written)
+    records, bad = decode_report(data)
+    assert bad == 0
+    assert list(records) == [{**fields, "kind": kind} for kind, fields in written]
+    assert len(data.splitlines()) == len(written), "one line per record"
+    assert info["aexec_imported"] == [], "the driver imported aexec (it must load only the wire, by path)"
+
+
+def test_a_value_the_driver_cannot_serialize_is_written_as_its_repr(tmp_path: Path) -> None:
+    data, _ = write_through_driver(tmp_path, [])  # an empty report is no record and nothing bad
+    assert decode_report(data) == ((), 0)
+    line = _wire.encode("exit", {"code": object})
+    assert decode(line) == {"code": repr(object), "kind": "exit"}
+
+
+DEEP = '{"kind": "end", "exitstatus": 0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+MALFORMED = [
+    b'{"kind": "end", "exitstatus": 0',  # torn by a kill
+    b"not json at all",
+    b'{"kind": "end", "exitstatus": 0}}',
+    b'"end"',
+    b"[1, 2]",
+    b"null",
+    b"{}",
+    b'{"exitstatus": 0}',  # no kind
+    b'{"kind": "nope"}',  # unknown kind
+    b'{"kind": ["end"], "exitstatus": 0}',  # a kind that is not even hashable
+    b'{"kind": {"a": 1}, "exitstatus": 0}',
+    b'{"kind": 3}',
+    b'{"kind": "end", "exitstatus": "0"}',  # wrong types
+    b'{"kind": "end", "exitstatus": 0.0}',
+    b'{"kind": "end"}',  # missing field
+    b'{"kind": "exit", "code": 1}',
+    b'{"kind": "child", "exit": "1", "signal": null}',
+    b'{"kind": "main", "exit": 0}',
+    b'{"kind": "test", "nodeid": 1, "verdict": "passed"}',
+    b'{"kind": "usage", "cpu_s": "1", "maxrss_kib": 1}',
+    b'{"kind": "usage", "cpu_s": 1.5, "maxrss_kib": 1.5}',
+    b'{"kind": "end", "exitstatus": true}',  # a bool where an int is needed
+    b'{"kind": "collected", "count": false}',
+    b'{"kind": "main", "exit": true, "signal": null}',
+    b'{"kind": "child", "exit": null, "signal": false}',
+    b'{"kind": "usage", "cpu_s": true, "maxrss_kib": 1}',
+    b'{"kind": "usage", "cpu_s": NaN, "maxrss_kib": 1}',  # not JSON (RFC 8259)
+    b'{"kind": "usage", "cpu_s": Infinity, "maxrss_kib": 1}',
+    b'{"kind": "end", "exitstatus": 0, "x": "\xff\xfe"}',  # not UTF-8
+    DEEP.encode(),  # deep nesting
+]
+
+
+@pytest.mark.parametrize("line", MALFORMED, ids=lambda b: b[:40].decode("utf-8", "replace"))
+def test_a_malformed_line_is_bad_not_a_record(line: bytes) -> None:
+    assert decode(line) is None
+    good = b'{"kind": "end", "exitstatus": 1}'
+    assert decode_report(b"\n".join([good, line, b"", b"   ", good]) + b"\n") == (
+        ({"kind": "end", "exitstatus": 1}, {"kind": "end", "exitstatus": 1}),
+        1,
+    )
+
+
+def test_a_report_scribbled_on_keeps_its_good_records(tmp_path: Path) -> None:
+    good: list[tuple[str, dict[str, Any]]] = [
+        ("collected", {"count": 1}),
+        ("start", {"nodeid": "t.py::t"}),
+        ("end", {"exitstatus": 0}),
+    ]
+    data, _ = write_through_driver(tmp_path, good)
+    records, bad = decode_report(b"\n".join(MALFORMED) + b"\n" + data + b'{"kind": "te')
+    assert [r["kind"] for r in records] == ["collected", "start", "end"]
+    assert bad == len(MALFORMED) + 1
+
+
+# -- the caps: the driver takes them from the wire, as its behaviour shows ---------------
+
+RAISES = """\
+def deep(n):
+    if n == 0:
+        raise ValueError("m" * 20000)
+    deep(n - 1)
+deep(100)
+"""
+
+
+def run_driver(driver: str, tmp_path: Path, box: dict[str, Any] | None) -> tuple[int, tuple[Any, ...]]:
+    """``python -s driver.py SPEC``: a snippet whose exception has a deep traceback and a
+    long message (``box``: the boundary spec, which a driver not started by its
+    supervisor refuses)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+    (run / "work").mkdir(parents=True)
+    (run / "snippet.py").write_text(RAISES)
+    spec = {
+        "runner": "snippet",
+        "report": str(run / "report.jsonl"),
+        "cwd": str(run / "work"),
+        "sys_path": [str(run / "work")],
+        "rlimits": {},
+        "box": box,
+        "cgroups": [],
+        "snippet": str(run / "snippet.py"),
+        "argv": [],
+        "pytest_args": [],
+        "import_modules": [],
+    }
+    (run / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-s", driver, str(run / "spec.json")],
+        capture_output=True,
+        timeout=60,
+        cwd=run / "work",
+    )
+    report = run / "report.jsonl"
+    records, bad = decode_report(report.read_bytes() if report.exists() else b"")
+    assert bad == 0
+    return done.returncode, records
+
+
+def a_box(tmp_path: Path) -> dict[str, Any]:
+    # supervisor_pids names no process: the driver must refuse to build it, with BOX_FAILED
+    return {"supervisor_pids": [], "uid": 65534, "gid": 65534, "scratch_root": str(tmp_path),
+            "sibling_prefix": str(tmp_path / "none-"), "writable": [], "tmp": str(tmp_path),
+            "tmp_targets": [], "masks": [], "keep": []}  # fmt: skip
+
+
+def observed_caps(driver: str, tmp_path: Path) -> tuple[int, int, int]:
+    rc, records = run_driver(driver, tmp_path, None)
+    assert rc == 1
+    (exc,) = [r for r in records if r["kind"] == "exception"]
+    assert exc["type"] == "builtins.ValueError"
+    box_rc, box_records = run_driver(driver, tmp_path, a_box(tmp_path))
+    assert box_records == ()
+    return len(exc["frames"]), len(exc["message"]), box_rc
+
+
+def test_the_driver_applies_the_wires_caps(tmp_path: Path) -> None:
+    assert observed_caps(DRIVER, tmp_path / "real") == (_wire.FRAME_CAP, _wire.MESSAGE_CAP, _wire.BOX_FAILED)
+    # A copy of the package's two files, with other caps in its wire: the driver follows.
+    other = tmp_path / "other" / "aexec"
+    (other / "_boundary").mkdir(parents=True)
+    shutil.copy(DRIVER, other / "_boundary" / "driver.py")
+    wire = Path(_wire.__file__).read_text()
+    for name, old, new in [("FRAME_CAP", 32, 7), ("MESSAGE_CAP", 4096, 100), ("BOX_FAILED", 125, 99)]:
+        assert getattr(_wire, name) == old
+        assert wire.count(f"\n{name} = {old}\n") == 1
+        wire = wire.replace(f"\n{name} = {old}\n", f"\n{name} = {new}\n")
+    (other / "_wire.py").write_text(wire)
+    assert observed_caps(str(other / "_boundary" / "driver.py"), tmp_path / "copy") == (7, 100, 99)
+
+
+# -- the instructions: plain JSON, exactly the TypedDict's keys -------------------------
+
+
+def test_plans_instructions_survive_json_and_have_exactly_the_typed_keys() -> None:
+    env = declare("test_execution", Policy(), toolchain="python", toolchain_version="3",
+                  enforced={}, repo_view="copy", max_cores=2)  # fmt: skip
+    for box in (None, BoxFacts(uid=1 << 20, supervisor_pids=(10, 11), sibling_prefix="/tmp/aexec-",
+                               masks=(("/root", ("/root/.venv/bin", "/root/py")),))):  # fmt: skip
+        facts = RunFacts(
+            runner="pytest",
+            scratch=Scratch("/tmp/aexec-1-abc"),
+            python="/root/.venv/bin/python",
+            toolchain_paths=("/root/.venv", "/tmp/toolchain"),
+            import_roots=("/tmp/aexec-1-abc/work", "/tmp/aexec-1-abc/work/src"),
+            snippet=None,
+            argv=(),
+            tests=("tests/test_a.py::test_x",),
+            touched_sources=("src/pkg/mod.py",),
+            cgroup_procs=("/sys/fs/cgroup/aexec/run/cgroup.procs",),
+            box=box,
+        )
+        instructions = plan(facts, env).instructions
+        assert json.loads(json.dumps(instructions)) == instructions
+        assert set(instructions) == set(Instructions.__required_keys__) | set(Instructions.__optional_keys__)
+        assert set(Instructions.__optional_keys__) == set()
+        if box is not None:
+            assert instructions["box"] is not None
+            assert set(instructions["box"]) == set(Box.__required_keys__)
