@@ -23,6 +23,13 @@ LAYERS: list[tuple[str, list[str]]] = [
     (
         "2 pure stages",
         [
+            "_languages._common",
+            "_languages.cfamily",
+            "_languages.java",
+            "_languages.javascript",
+            "_languages.rust",
+            "_languages.sql",
+            "_languages",
             "_stages",
             "_stages.classify",
             "_stages.policy",
@@ -78,7 +85,11 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("7 entry points", ["_cli", "__main__", "__init__"]),
 ]
 ORDER = {m: (i, j) for i, (_, mods) in enumerate(LAYERS) for j, m in enumerate(mods)}
-PURE = {m for m in ORDER if m.startswith("_stages") or m in ("_wire", "_types", "_errors", "_records")}
+PURE = {
+    m
+    for m in ORDER
+    if m.startswith(("_stages", "_languages")) or m in ("_wire", "_types", "_errors", "_records")
+}
 IO_MODULES = {"anyio", "subprocess", "shutil", "tempfile", "socket", "asyncio", "trio"}
 OPTIONAL = {m for m in ORDER if ORDER[m][0] == 6}
 #: Not imported at all: run by path inside the boundary.

@@ -12,7 +12,7 @@ from cattrs.preconf.json import make_converter
 from ._errors import RequestError
 from ._records import Candidate, Environment, ExecutionObservation
 from ._stages.policy import with_scratch
-from ._types import ARTIFACT_SHAPES, REQUEST_TYPES
+from ._types import ARTIFACT_SHAPES, LANGUAGE_NAMES, REQUEST_TYPES
 
 _converter = make_converter()
 _CANDIDATE_FIELDS = frozenset(a.name for a in attrs.fields(Candidate))
@@ -74,6 +74,9 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
         value = fields.get(name)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise RequestError(f"`{name}` must be a list of strings")
+    language = fields.get("language")
+    if language is not None and language not in LANGUAGE_NAMES:
+        raise RequestError(f"unknown language {language!r} (expected one of {', '.join(LANGUAGE_NAMES)})")
     for name in ("code", "repo", "patch", "python"):
         value = fields.get(name)
         if value is not None and not isinstance(value, str):
