@@ -23,6 +23,13 @@ LAYERS: list[tuple[str, list[str]]] = [
     (
         "2 pure stages",
         [
+            "_languages._common",
+            "_languages.cfamily",
+            "_languages.java",
+            "_languages.javascript",
+            "_languages.rust",
+            "_languages.sql",
+            "_languages",
             "_stages",
             "_stages.classify",
             "_stages.policy",
@@ -31,13 +38,6 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_stages.parse",
             "_stages.normalize",
             "_stages.assemble",
-            "_languages._common",
-            "_languages.cfamily",
-            "_languages.java",
-            "_languages.javascript",
-            "_languages.rust",
-            "_languages.sql",
-            "_languages",
             "_serde",
         ],
     ),
@@ -86,7 +86,9 @@ LAYERS: list[tuple[str, list[str]]] = [
 ]
 ORDER = {m: (i, j) for i, (_, mods) in enumerate(LAYERS) for j, m in enumerate(mods)}
 PURE = {
-    m for m in ORDER if m.startswith(("_stages", "_languages")) or m in ("_wire", "_types", "_errors", "_records")
+    m
+    for m in ORDER
+    if m.startswith(("_stages", "_languages")) or m in ("_wire", "_types", "_errors", "_records")
 }
 IO_MODULES = {"anyio", "subprocess", "shutil", "tempfile", "socket", "asyncio", "trio"}
 OPTIONAL = {m for m in ORDER if ORDER[m][0] == 6}

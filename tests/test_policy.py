@@ -65,12 +65,12 @@ def test_overrides_are_recorded_and_realized() -> None:
 )
 def test_out_of_range_overrides_are_refused_when_the_policy_is_made(field: str, value: object) -> None:
     # the same bounds for the CLI (which makes a Policy from each line) and the API
-    with pytest.raises(RequestError, match=f"policy.{field}"):
+    with pytest.raises(RequestError, match=rf"policy\.{field}"):
         Policy(**{field: value})  # type: ignore[arg-type]
 
 
 def test_declare_still_refuses_more_cores_than_the_machine_it_runs_on() -> None:
-    with pytest.raises(RequestError, match="policy.cpu_cores"):
+    with pytest.raises(RequestError, match=r"policy\.cpu_cores"):
         declare(
             "test_execution",  # type: ignore[arg-type]
             Policy(cpu_cores=2.0),

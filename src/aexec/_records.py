@@ -19,12 +19,14 @@ from ._types import (
     DEFAULT_DISK_MIB,
     DEFAULT_OPEN_FILES,
     DEFAULT_PIDS,
+    LANGUAGE_NAMES,
     MAX_RAM_MIB,
     MAX_TIMEOUT_S,
     MIN_RAM_MIB,
     REQUEST_TYPES,
     ArtifactShape,
     FailureClass,
+    LanguageName,
     Mode,
     RequestType,
     TestVerdict,
@@ -34,6 +36,7 @@ from ._wire import Record
 
 __all__ = [
     "Candidate",
+    "Change",
     "Environment",
     "ExecutionObservation",
     "Failure",
@@ -42,6 +45,7 @@ __all__ = [
     "Policy",
     "RawRun",
     "ResourceUsage",
+    "TableChange",
     "TestResult",
 ]
 
@@ -106,6 +110,8 @@ class Candidate:
     tests: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     python: str | None = None
     policy: Policy = Policy()
+    #: The toolchain family (contract: "Added: languages beyond Python").
+    language: LanguageName = attrs.field(default="python", validator=attrs.validators.in_(LANGUAGE_NAMES))
 
     def __attrs_post_init__(self) -> None:
         _check_candidate(self)
@@ -226,6 +232,34 @@ class ResourceUsage:
 
 
 @attrs.frozen
+class Change:
+    """One path a run added, modified or deleted under its scratch root (``changes``)."""
+
+    #: Relative to the scratch root (``work/out.txt``, ``tmp/x``).
+    path: str
+    change: str  # "added" | "modified" | "deleted"
+    #: Bytes now (None when deleted).
+    size: int | None
+    #: SHA-256 of the contents now; None when deleted, not a regular file, or over the cap.
+    sha256: str | None
+    #: A unified diff, for a small text file whose earlier text is known; else None.
+    diff: str | None = None
+    #: The diff was cut at its cap.
+    diff_cut: bool = False
+
+
+@attrs.frozen
+class TableChange:
+    """A table of a ``sql`` run whose rows changed (the database starts empty)."""
+
+    table: str
+    rows_before: int
+    rows_after: int
+    #: SHA-3 of the table's rows at the end (the sqlite shell's ``sha3_query``).
+    digest: str
+
+
+@attrs.frozen
 class ExecutionObservation:
     """The single structured observation of one run (spec §3.7, plus the contract's fields)."""
 
@@ -258,6 +292,13 @@ class ExecutionObservation:
     #: Set only when aexec itself could not observe the candidate (``verdict == "error"``).
     error: str | None = None
     aexec_version: str = ""
+    #: What the run changed, path by path (deterministic order, bounded): ``changed_state``
+    #: is its summary.
+    changes: tuple[Change, ...] = ()
+    #: Changed paths not listed in ``changes`` (over its cap).
+    changes_omitted: int = 0
+    #: ``sql``: the tables whose rows changed.
+    changed_tables: tuple[TableChange, ...] = ()
 
 
 @attrs.frozen

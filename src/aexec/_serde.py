@@ -11,6 +11,7 @@ from cattrs.preconf.json import make_converter
 from ._errors import RequestError
 from ._records import Candidate, Environment, ExecutionObservation, Policy
 from ._stages.policy import with_scratch
+from ._types import LANGUAGE_NAMES
 
 _converter = make_converter()
 _CANDIDATE_FIELDS = frozenset(a.name for a in attrs.fields(Candidate))
@@ -63,6 +64,9 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
             raise RequestError(f"{name} must be a list of strings, got {type(value).__name__}")
     if "policy" in fields:
         fields["policy"] = _policy(fields["policy"])
+    language = fields.get("language")
+    if language is not None and language not in LANGUAGE_NAMES:
+        raise RequestError(f"unknown language {language!r} (expected one of {', '.join(LANGUAGE_NAMES)})")
     try:
         return Candidate(**fields), ignored  # every field checked by the record itself
     except TypeError as e:  # a field the record does not take in this form

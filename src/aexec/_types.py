@@ -17,6 +17,7 @@ FailureClass = Literal[
     "compile", "syntax", "assertion", "runtime", "timeout", "resource", "type", "dependency"
 ]
 TestVerdict = Literal["passed", "failed", "errored", "skipped"]
+LanguageName = Literal["python", "c", "cpp", "rust", "java", "javascript", "sql"]
 Verdict = Literal["pass", "fail", "empty_success", "tampered", "error"]
 
 REQUEST_TYPES: Final[tuple[RequestType, ...]] = (
@@ -33,6 +34,8 @@ ARTIFACT_SHAPES: Final[tuple[ArtifactShape, ...]] = (
     "test_subset",
     "probe_program",
 )
+
+LANGUAGE_NAMES: Final[tuple[LanguageName, ...]] = ("python", "c", "cpp", "rust", "java", "javascript", "sql")
 
 #: The spec's first-true order (§3.5, and the contract's "rules a scorer relies on").
 FAILURE_ORDER: Final[tuple[FailureClass, ...]] = (
@@ -78,3 +81,9 @@ MAX_RAM_MIB: Final = 1 << 20
 DEFAULT_DISK_MIB: Final = 512
 DEFAULT_PIDS: Final = 256
 DEFAULT_OPEN_FILES: Final = 1024
+#: ``changes``: at most this many paths listed, this many bytes hashed in all, diffs of
+#: text files up to this size, each diff cut at this many characters.
+CHANGES_LISTED: Final = 200
+CHANGES_HASH_BYTES: Final = 64 << 20
+CHANGES_DIFF_FILE_BYTES: Final = 64 << 10
+CHANGES_DIFF_CHARS: Final = 8192

@@ -28,7 +28,13 @@ BOX_FAILED = 125
 #: The most of the report file that is read back.
 REPORT_CAP_BYTES = 16 * 1024 * 1024
 
-Runner = Literal["pytest", "snippet", "command", "compile_snippet", "compile_tree"]
+Runner = Literal["pytest", "snippet", "command", "compile_snippet", "compile_tree", "steps"]
+#: Of each step's stdout and stderr, the report keeps this many characters: the first
+#: and the last half of it, with `CUT_MARKER` between them when more was written.
+STEP_STREAM_CAP = 64 * 1024
+#: Of a step's evidence file (its structured diagnostics), the report keeps this much.
+STEP_EVIDENCE_CAP = 1024 * 1024
+CUT_MARKER = "\n[aexec: {dropped} characters not kept]\n"
 
 
 class Mask(TypedDict):
@@ -60,6 +66,24 @@ class Box(TypedDict):
     keep: list[str]
 
 
+class StepSpec(TypedDict):
+    """One toolchain step of the ``steps`` runner (``aexec._languages.Step``, planned)."""
+
+    name: str
+    argv: list[str]
+    cwd: str
+    #: Added to the run's environment.
+    env: dict[str, str]
+    #: Read (capped) after the step, if it exists, into the step's record.
+    evidence_file: str | None
+    #: Fed as standard input (else /dev/null).
+    stdin_file: str | None
+    #: ``RLIMIT_*`` overrides for this step's process alone (a JVM's address space).
+    rlimits: dict[str, int]
+    #: Its stdout goes to the run's stdout (the program); else to the run's stderr.
+    stdout_is_program: bool
+
+
 class Instructions(TypedDict):
     """What one run is: ``python -s driver.py SPEC.json`` reads this."""
 
@@ -77,6 +101,8 @@ class Instructions(TypedDict):
     pytest_args: list[str]
     #: Modules a build check imports after compiling the tree.
     import_modules: list[str]
+    #: The ``steps`` runner's steps, in order (languages beyond Python); else empty.
+    steps: list[StepSpec]
 
 
 class BytecodeJob(TypedDict):
@@ -191,6 +217,26 @@ class EndRecord(TypedDict):
     exitstatus: int
 
 
+class StepStartRecord(TypedDict):
+    """A toolchain step (``steps`` runner) started."""
+
+    kind: Literal["step_start"]
+    name: str
+
+
+class StepRecord(TypedDict):
+    """A toolchain step ended: its status, its streams and evidence file, capped."""
+
+    kind: Literal["step"]
+    name: str
+    exit: int | None
+    signal: int | None
+    stdout: str
+    stderr: str
+    #: The evidence file's text, if the step wrote one.
+    evidence: str | None
+
+
 # Union, not |: the driver may run on an interpreter older than the library's.
 Record = Union[  # noqa: UP007
     ExceptionRecord,
@@ -203,6 +249,8 @@ Record = Union[  # noqa: UP007
     StartRecord,
     TestRecord,
     EndRecord,
+    StepStartRecord,
+    StepRecord,
 ]
 
 #: Every record kind, with the fields a record of it must carry and their types.
@@ -217,7 +265,24 @@ RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "start": {"nodeid": (str,)},
     "test": {"nodeid": (str,), "verdict": (str,)},
     "end": {"exitstatus": (int,)},
+    "step_start": {"name": (str,)},
+    "step": {
+        "name": (str,),
+        "exit": (int, type(None)),
+        "signal": (int, type(None)),
+        "stdout": (str,),
+        "stderr": (str,),
+        "evidence": (str, type(None)),
+    },
 }
+
+
+def keep(text: str, cap: int) -> str:
+    """``text`` within ``cap`` characters: its first and last half, the cut marked."""
+    if len(text) <= cap:
+        return text
+    half = cap // 2
+    return text[:half] + CUT_MARKER.format(dropped=len(text) - 2 * half) + text[-half:]
 
 
 def encode(kind: str, fields: dict[str, Any]) -> str:

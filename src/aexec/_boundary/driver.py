@@ -415,12 +415,149 @@ def run_pytest(spec: Instructions, report: Report) -> int:
     return int(rc)
 
 
+# -- the steps runner: toolchains of languages beyond Python (aexec._languages) --------
+
+
+def _pump_step(proc: Any, forward: dict[int, int]) -> dict[int, str]:
+    """Drain a step's stdout and stderr pipes until both close: forward each chunk to
+    ``forward[fd]`` (the run's own stdout or stderr) and keep its text, capped."""
+    import selectors
+
+    cap = wire.STEP_STREAM_CAP
+    head: dict[int, bytearray] = {}
+    tail: dict[int, bytearray] = {}
+    total: dict[int, int] = {}
+    sel = selectors.DefaultSelector()
+    for f in (proc.stdout, proc.stderr):
+        fd = f.fileno()
+        head[fd], tail[fd], total[fd] = bytearray(), bytearray(), 0
+        sel.register(fd, selectors.EVENT_READ)
+    while sel.get_map():
+        for key, _ in sel.select():
+            fd = int(key.fd)
+            try:
+                chunk = os.read(fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                sel.unregister(fd)
+                continue
+            if fd in forward:
+                with contextlib.suppress(OSError):
+                    os.write(forward[fd], chunk)
+            total[fd] += len(chunk)
+            room = cap // 2 - len(head[fd])
+            if room > 0:
+                head[fd] += chunk[:room]
+                chunk = chunk[room:]
+            tail[fd] += chunk
+            del tail[fd][: max(0, len(tail[fd]) - cap // 2)]
+    sel.close()
+    out = {}
+    for fd in head:
+        text = head[fd].decode("utf-8", "replace")
+        dropped = total[fd] - len(head[fd]) - len(tail[fd])
+        if dropped > 0:
+            text += wire.CUT_MARKER.format(dropped=dropped)
+        out[fd] = text + tail[fd].decode("utf-8", "replace")
+    return out
+
+
+def _read_evidence(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(wire.STEP_EVIDENCE_CAP).decode("utf-8", "replace")
+
+
+def run_steps(spec: Instructions, report: Report) -> int:
+    """Run the planned toolchain steps in order; stop at the first that fails.
+
+    Each step's stdout and stderr are pipes the driver drains, kept, capped (head and
+    tail), in the step's report record with its exit status and evidence file. The
+    program's (``run``) streams are also forwarded as they come to the run's stdout and
+    stderr, so those are what the program printed; a build step's are written to the
+    run's stderr only when it failed (a compiler's successful ``[]`` is not the program's). The run's deadline covers them
+    all: the supervisor kills the whole tree, and ``step_start`` says which one was running.
+    """
+    import subprocess
+
+    code = 0
+    for step in spec["steps"]:
+        report.write("step_start", name=step["name"])
+        env = dict(os.environ, **step["env"])
+        limits = step["rlimits"]
+
+        def lower(limits: dict[str, int] = limits) -> None:
+            for name, value in limits.items():
+                resource.setrlimit(getattr(resource, name), (value, value))
+
+        stdin: Any = subprocess.DEVNULL
+        try:
+            if step["stdin_file"] is not None:
+                stdin = open(os.path.join(step["cwd"], step["stdin_file"]), "rb")  # noqa: SIM115
+            proc = subprocess.Popen(
+                step["argv"],
+                cwd=step["cwd"],
+                env=env,
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=lower if limits else None,  # single-threaded child
+            )
+        except OSError as e:
+            message = f"aexec: cannot run {step['argv'][0]!r}: {e}"
+            print(message, file=sys.stderr)
+            report.write(
+                "step", name=step["name"], exit=127, signal=None, stdout="", stderr=message, evidence=None
+            )
+            return 127
+        finally:
+            if stdin is not subprocess.DEVNULL:
+                stdin.close()
+        assert proc.stdout is not None and proc.stderr is not None
+        program = step["stdout_is_program"]
+        pipes = {proc.stdout.fileno(): 1, proc.stderr.fileno(): 2}
+        texts = _pump_step(proc, pipes if program else {})
+        out_text, err_text = texts[proc.stdout.fileno()], texts[proc.stderr.fileno()]
+        _, status, _ = os.wait4(proc.pid, 0)
+        proc.returncode = 0  # reaped here; keep Popen from waiting for it again
+        signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        exit_code = None if signum is not None else os.waitstatus_to_exitcode(status)
+        report.write(
+            "step",
+            name=step["name"],
+            exit=exit_code,
+            signal=signum,
+            stdout=out_text,
+            stderr=err_text,
+            evidence=_read_evidence(step["evidence_file"]),
+        )
+        proc.stdout.close()
+        proc.stderr.close()
+        code = 128 + signum if signum is not None else int(exit_code or 0)
+        if code != 0:
+            if not program:  # a failed build step's output is the run's stderr
+                for text in (out_text, err_text):
+                    with contextlib.suppress(OSError):
+                        os.write(2, text.encode("utf-8", "replace"))
+            return code
+    return code
+
+
 RUNNERS = {
     "snippet": run_snippet,
     "command": run_command,
     "compile_snippet": compile_snippet,
     "compile_tree": compile_tree,
     "pytest": run_pytest,
+    "steps": run_steps,
 }
 
 

@@ -9,13 +9,16 @@ is blocking I/O: the pipeline calls these in worker threads.
 from __future__ import annotations
 
 import configparser
+import difflib
 import hashlib
 import os
 import stat
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .._errors import AexecError
+from .._records import Change
+from .._types import CHANGES_DIFF_CHARS, CHANGES_DIFF_FILE_BYTES, CHANGES_HASH_BYTES, CHANGES_LISTED
 
 #: Never copied into a view, never hashed: caches and VCS metadata, not code.
 EXCLUDED_NAMES = frozenset(
@@ -198,3 +201,74 @@ def describe_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[
     written = sum(after[p][0] for p in created + modified)
     note = f"; more than {SNAPSHOT_CAP} files: the rest not compared" if cut else ""
     return "; ".join(parts) + f" ({written} bytes in created/modified files){note}"
+
+
+def _excluded(rel: str, exclude: tuple[str, ...]) -> bool:
+    return any(rel == e or (e.endswith(("/", "*")) and rel.startswith(e.rstrip("*"))) for e in exclude)
+
+
+def without(snap: dict[str, tuple[int, int]], exclude: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """``snap`` without aexec's own files (``exclude``: paths, ``dir/`` or ``prefix*``)."""
+    return {p: v for p, v in snap.items() if not _excluded(p, exclude)} if exclude else snap
+
+
+def _text(data: bytes) -> str | None:
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def list_changes(
+    root: str,
+    before: dict[str, tuple[int, int]],
+    after: dict[str, tuple[int, int]],
+    baseline: Callable[[str], bytes | None],
+) -> tuple[tuple[Change, ...], int]:
+    """What a run changed under ``root``, path by path, sorted: ``(changes, omitted)``.
+
+    ``before``/``after`` are `snapshot`s (aexec's own files already taken out). Only
+    changed files are read, within the caps: at most `CHANGES_LISTED` paths (``omitted``
+    counts the rest), `CHANGES_HASH_BYTES` hashed in all (a file past it has no
+    ``sha256``); a text file of at most `CHANGES_DIFF_FILE_BYTES` whose earlier text
+    ``baseline(path)`` knows (None: unknown; ``b""``: it did not exist) gets a unified
+    diff, cut at `CHANGES_DIFF_CHARS` and marked ``diff_cut``.
+    """
+    kinds = {p: "added" for p in after.keys() - before.keys()}
+    kinds.update({p: "deleted" for p in before.keys() - after.keys()})
+    kinds.update({p: "modified" for p in before.keys() & after.keys() if before[p] != after[p]})
+    paths = sorted(kinds)
+    budget = CHANGES_HASH_BYTES
+    out: list[Change] = []
+    for rel in paths[:CHANGES_LISTED]:
+        kind = kinds[rel]
+        if kind == "deleted":
+            out.append(Change(rel, kind, None, None))
+            continue
+        size = after[rel][0]
+        data = read_regular(os.path.join(root, rel), budget + 1) if size <= budget else None
+        if data is None or len(data) > budget:
+            out.append(Change(rel, kind, size, None))
+            continue
+        budget -= len(data)
+        digest = hashlib.sha256(data).hexdigest()
+        diff, cut = None, False
+        new = _text(data) if len(data) <= CHANGES_DIFF_FILE_BYTES else None
+        old_bytes = b"" if kind == "added" else baseline(rel)
+        old = None if old_bytes is None or len(old_bytes) > CHANGES_DIFF_FILE_BYTES else _text(old_bytes)
+        if new is not None and old is not None:
+            lines = difflib.unified_diff(
+                old.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                fromfile="/dev/null" if kind == "added" else f"a/{rel}",
+                tofile=f"b/{rel}",
+            )
+            text = "".join(
+                ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines
+            )
+            cut = len(text) > CHANGES_DIFF_CHARS
+            diff = text[:CHANGES_DIFF_CHARS]
+        out.append(Change(rel, kind, size, digest, diff, cut))
+    return tuple(out), max(0, len(paths) - CHANGES_LISTED)

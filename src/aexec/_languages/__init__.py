@@ -38,6 +38,7 @@ from ._common import (
 __all__ = [
     "LANGUAGES",
     "LANG_REQUEST_TYPES",
+    "OWN_PREFIX",
     "TOOLS",
     "LangFinding",
     "LangRequestType",
@@ -45,8 +46,12 @@ __all__ = [
     "LanguageEvidence",
     "Step",
     "StepOutput",
+    "census",
+    "own_files",
     "parse",
     "parse_version",
+    "pipeline_steps",
+    "pipeline_support_files",
     "source_name",
     "steps",
     "support_files",
@@ -164,3 +169,49 @@ def parse(
     if language == "sql":
         return sql.parse(outs, scratch, timeout_s)
     raise ValueError(f"unknown language {language!r}")
+
+
+# ---- what the pipeline adds: the sql table census, and the files that are aexec's ------
+
+#: Files aexec writes beside the source start with this (hooks, evidence, scripts).
+OWN_PREFIX: Final = ".aexec"
+
+
+def pipeline_support_files(language: Language, request_type: LangRequestType, code: str) -> dict[str, str]:
+    """`support_files`, and for a ``sql`` run the table census script (`sql.with_census`)."""
+    files = support_files(language, request_type, code)
+    if language == "sql" and request_type == "run_entry":
+        files[sql.CENSUS_FILE] = sql.CENSUS_SCRIPT
+    return files
+
+
+def pipeline_steps(
+    language: Language,
+    request_type: LangRequestType,
+    scratch: str,
+    *,
+    tools: Mapping[str, str] | None = None,
+    ram_mib: int | None = None,
+) -> tuple[Step, ...]:
+    """`steps`, with a ``sql`` run reading the table census after the script."""
+    planned = steps(language, request_type, scratch, tools=tools, ram_mib=ram_mib)
+    if language == "sql" and request_type == "run_entry":
+        return tuple(sql.with_census(s) if s.runs_candidate else s for s in planned)
+    return planned
+
+
+def census(text: str | None) -> tuple[tuple[str, int, str], ...]:
+    """The tables of a ``sql`` run whose rows changed: ``(table, rows, digest)``, by name."""
+    return sql.census(text)
+
+
+def own_files(language: Language) -> tuple[str, ...]:
+    """What the build writes in the scratch directory (relative; a directory ends in ``/``):
+    aexec's own, never reported as a change the run made (nor are `OWN_PREFIX` files)."""
+    if language in ("c", "cpp"):
+        return (cfamily.OBJECT, cfamily.PROGRAM)
+    if language == "rust":
+        return (rust.PROGRAM,)
+    if language == "java":
+        return (java.CLASSES + "/",)
+    return ()

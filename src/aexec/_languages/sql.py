@@ -17,6 +17,7 @@ the shell's line numbers are the script's.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import sqlite3
 from collections.abc import Mapping
@@ -151,3 +152,52 @@ def parse(outputs: tuple[StepOutput, ...], scratch: str, timeout_s: float | None
     # when no statement failed to prepare.
     compiled = ev.compiled and not any(o.name == RUN_STEP and _PARSE_ERROR.search(o.stderr) for o in outputs)
     return evidence("sql", outputs, ev.findings, compiled=compiled, uncertain=ev.parse_uncertain)
+
+
+# ---- the table census: which tables' rows a run changed (``changed_tables``) ---------------
+
+#: A script the run step reads after the candidate's (same shell, same in-memory
+#: database): it writes ``table<TAB>rows<TAB>SHA3-256 of its rows`` per table to
+#: `CENSUS_OUT`, through a query it generates (the shell has no dynamic SQL of its own).
+#: With ``-bail`` it runs only when the candidate's script ran to its end without error.
+CENSUS_FILE: Final = ".aexec_census.sql"
+CENSUS_GEN: Final = ".aexec_census_gen.sql"
+CENSUS_OUT: Final = ".aexec_tables.txt"
+CENSUS_SCRIPT: Final = f"""\
+.bail off
+.headers off
+.mode list
+.separator "\\t" "\\n"
+.once {CENSUS_GEN}
+SELECT 'SELECT ' || quote(name) || ', count(*), hex(sha3_query(' || quote('SELECT * FROM "' || replace(name, '"', '""') || '"') || ')) FROM "' || replace(name, '"', '""') || '";' FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name;
+.output {CENSUS_OUT}
+.read {CENSUS_GEN}
+.output stdout
+"""
+#: At most this many tables are read from the census.
+CENSUS_TABLES: Final = 200
+
+
+def with_census(step: Step) -> Step:
+    """The run step, reading the census after the script; its evidence file is the census."""
+    return Step(
+        step.name,
+        (*step.argv, f".read {CENSUS_FILE}"),
+        step.cwd,
+        step.env,
+        evidence_file=posixpath.join(step.cwd, CENSUS_OUT),
+        stdin_file=step.stdin_file,
+    )
+
+
+def census(text: str | None) -> tuple[tuple[str, int, str], ...]:
+    """``(table, rows, digest)`` of every table the census found with rows, sorted by name.
+
+    The database starts empty, so a table with rows at the end is one whose rows changed.
+    """
+    out: list[tuple[str, int, str]] = []
+    for line in (text or "").splitlines()[:CENSUS_TABLES]:
+        parts = line.rsplit("\t", 2)
+        if len(parts) == 3 and parts[1].isdigit() and int(parts[1]) > 0:
+            out.append((parts[0], int(parts[1]), parts[2].lower()))
+    return tuple(sorted(out))

@@ -29,7 +29,7 @@ from .._records import Candidate, ExecutionObservation
 from .._stages.classify import Classification, Runner
 from .cache import in_thread
 from .session import WAITING_RUNS_PER_CORE, Session, selections
-from .toolchain import Toolchain, Toolchains
+from .toolchain import LangToolchains, Toolchain, Toolchains
 from .witness import observe_one, unobservable
 
 log = get_logger(__name__)
@@ -49,6 +49,7 @@ class Observer:
         self.supervisor: Supervisor = supervisor if supervisor is not None else LocalSupervisor()
         self.version = version
         self.toolchains = Toolchains(version)
+        self.lang_toolchains = LangToolchains()
         self._isolation: Isolation | None = None
         #: Warm fork servers, by what they serve (`server`).
         self._servers: dict[str, ForkServer] = {}

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 
+from .. import _languages as langs
 from .._boundary import DRIVER
 from .._boundary.cgroups import Caps
 from .._boundary.patch import PatchError, apply_patch
@@ -29,11 +32,19 @@ from .._boundary.scratch import (
     write_private,
 )
 from .._boundary.supervise import Invocation
-from .._boundary.trees import PYTEST_CONFIGS, changed_state, pytest_config, snapshot
+from .._boundary.trees import (
+    PYTEST_CONFIGS,
+    describe_changes,
+    list_changes,
+    pytest_config,
+    read_regular,
+    snapshot,
+    without,
+)
 from .._errors import AexecError
 from .._stages.assemble import Run
-from .._stages.parse import SNIPPET_NAME, parse
-from .._stages.plan import BoxFacts, RunFacts, candidate_env, needed_paths, plan
+from .._stages.parse import SNIPPET_NAME, parse, parse_language
+from .._stages.plan import BoxFacts, RunFacts, Scratch, candidate_env, needed_paths, plan
 from .._stages.policy import limits
 from .cache import in_thread
 from .session import Job, Session
@@ -45,6 +56,56 @@ def _config_changed(repo: str, work: str) -> bool:
 
 def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
     return tuple(p for p in paths if p.endswith(".py") and os.path.isfile(os.path.join(work, p)))
+
+
+def _write_sources(scratch: Scratch, job: Job) -> dict[str, str]:
+    """A language's source file and support files, written into the run's ``work`` dir."""
+    c = job.candidate
+    assert c.code is not None and c.language != "python"
+    lang: langs.Language = c.language
+    request_type: langs.LangRequestType = c.request_type  # type: ignore[assignment]
+    files = {langs.source_name(lang): c.code, **langs.pipeline_support_files(lang, request_type, c.code)}
+    for name, text in files.items():
+        with open(os.path.join(scratch.work, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    return files
+
+
+def own_files(job: Job, written: dict[str, str]) -> tuple[str, ...]:
+    """Paths (relative to the scratch root) that are aexec's, never a change of the run."""
+    if job.candidate.language == "python":
+        return ()
+    lang: langs.Language = job.candidate.language
+    names = [*written, *langs.own_files(lang), langs.OWN_PREFIX + "*"]
+    return tuple(f"work/{n}" for n in names)
+
+
+def baseline(job: Job, written: dict[str, str], touched: list[str]) -> Callable[[str], bytes | None]:
+    """What a path held before the run, where it is known without having kept it: the
+    sources aexec wrote, and the repo's files the patch did not touch."""
+    repo = job.candidate.repo
+
+    def before(rel: str) -> bytes | None:
+        if not rel.startswith("work/"):
+            return None
+        inner = rel[len("work/") :]
+        if inner in written:
+            return written[inner].encode()
+        if repo is not None and inner not in touched:
+            return read_regular(os.path.join(repo, inner))
+        return None
+
+    return before
+
+
+def _changes(
+    root: str,
+    before: dict[str, tuple[int, int]],
+    after: dict[str, tuple[int, int]],
+    known: Callable[[str], bytes | None],
+) -> tuple[str, tuple[Any, ...], int]:
+    listed, omitted = list_changes(root, before, after, known)
+    return describe_changes(before, after), listed, omitted
 
 
 async def run_once(
@@ -71,8 +132,13 @@ async def run_once(
             assert candidate.repo is not None
             config_changed = await in_thread(_config_changed, candidate.repo, scratch.work)
         snippet = None
-        if candidate.code is not None:
+        written: dict[str, str] = {}
+        lang = job.lang
+        if lang is not None:
+            written = await in_thread(_write_sources, scratch, job)
+        elif candidate.code is not None:
             snippet = write_private(scratch, SNIPPET_NAME, candidate.code)
+        toolchain_paths = tool.paths if lang is None else (*tool.paths, *lang.paths)
         roots = tuple(import_roots(scratch.work)) if candidate.repo is not None else (scratch.work,)
         mode = "pytest" if job.runner == "pytest" else "bare"
         server = await session.observer.server(session, tool, mode, candidate_env(scratch, tool.path))
@@ -84,14 +150,14 @@ async def run_once(
                 uid=run_uid(),
                 supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
                 sibling_prefix=os.path.join(os.path.dirname(scratch.root), SCRATCH_PREFIX),
-                masks=await in_thread(masks, needed_paths(scratch, tool.paths)),
+                masks=await in_thread(masks, needed_paths(scratch, toolchain_paths)),
             )
         cgroups = session.isolation.cgroups
         facts = RunFacts(
             runner=job.runner,
             scratch=scratch,
             python=tool.path,
-            toolchain_paths=tool.paths,
+            toolchain_paths=toolchain_paths,
             import_roots=roots,
             snippet=snippet,
             argv=tuple(candidate.command or ()),
@@ -99,6 +165,9 @@ async def run_once(
             touched_sources=await in_thread(_existing, scratch.work, touched),
             cgroup_procs=tuple(cgroups.procs_files(run_name)) if cgroups is not None else (),
             box=box_facts,
+            language=candidate.language,
+            request_type=candidate.request_type,
+            lang_tools=() if lang is None else lang.tools,
         )
         the_plan = plan(facts, env)
         report = write_private(scratch, "report.jsonl", "")
@@ -121,20 +190,29 @@ async def run_once(
         )
         async with session.slots.slot(run_name, job.index):
             raw = await session.supervisor.execute(invocation)
-        evidence = parse(raw, job.runner, cwd=scratch.work, snippet=snippet)
+        if lang is not None:
+            evidence = parse_language(raw, candidate.language, cwd=scratch.work, timeout_s=env.timeout_s)
+        else:
+            evidence = parse(raw, job.runner, cwd=scratch.work, snippet=snippet)
         if evidence.box_failed:
             raise AexecError(raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "boundary failed")
-        # the walk and the diff both scale with what the candidate wrote: off the loop
-        changed = await in_thread(changed_state, before, scratch.root)
+        after = await in_thread(snapshot, scratch.root)
+        own = own_files(job, written)
+        before, after = without(before, own), without(after, own)
+        summary, changes, omitted = await in_thread(
+            _changes, scratch.root, before, after, baseline(job, written, touched)
+        )
         run = Run(
             evidence=evidence,
             stdout=raw.stdout,
             stderr=raw.stderr,
             cwd=scratch.work,
             scratch_root=scratch.root,
-            changed_state=changed,
+            changed_state=summary,
             cpu_s=raw.cpu_s,
             peak_ram_mib=raw.peak_ram_mib,
+            changes=changes,
+            changes_omitted=omitted,
         )
         return run, config_changed
     finally:

@@ -31,7 +31,7 @@ from .._stages.plan import PYTEST_ARGS
 from .._stages.policy import declare
 from .._types import TestVerdict
 from .cache import DiskCache, Inflight, Memo, in_thread
-from .toolchain import Toolchain, Toolchains, resolve_python
+from .toolchain import LangToolchain, LangToolchains, Toolchain, Toolchains, resolve_python
 
 #: Runs at once per core by default: a core's worth are busy, the rest may be waiting
 #: (sleeping, blocked, at a deadline) without holding a core (see `Admission`).
@@ -56,6 +56,8 @@ class Job:
     version: str
     #: The behavioural cache key (spec §3.6).
     key: str
+    #: A language beyond Python: its toolchain (``tool`` is then the driver's interpreter).
+    lang: LangToolchain | None = None
 
 
 def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | None]:
@@ -77,6 +79,7 @@ class Host(Protocol):
 
     version: str
     toolchains: Toolchains
+    lang_toolchains: LangToolchains
 
     def bytecode_store(self, cache_dir: str | None, scratch_base: str) -> str: ...
 
@@ -126,6 +129,8 @@ class Session:
         self.toolchains: Inflight[Toolchain] = Inflight()
         #: A fork server is started once per key per call.
         self.server_starts: Inflight[Any] = Inflight()
+        #: A language's toolchain is probed once per call (and once per change).
+        self.lang_toolchains: Inflight[LangToolchain] = Inflight()
         self._bytecode: Inflight[str | None] = Inflight()
         #: Per repo, what the call's test runs select of it together (None: a whole suite).
         self.selections = selections
@@ -141,11 +146,14 @@ class Session:
         """Resolve, probe, declare and key one candidate (no run yet)."""
         python = resolve_python(candidate.python)
         tool = await self.observer.toolchains.get(python, self.toolchains, self.cache)
+        lang = None
+        if candidate.language != "python":
+            lang = await self.observer.lang_toolchains.get(candidate.language, self.lang_toolchains)
         env = declare(
             classification.mode,
             candidate.policy,
-            toolchain=python,
-            toolchain_version=tool.version,
+            toolchain=python if lang is None else candidate.language,
+            toolchain_version=tool.version if lang is None else lang.version,
             enforced=self.isolation.enforced,
             repo_view="copy" if candidate.repo is not None else "none",
             repo_ro=self.isolation.namespaces,
@@ -154,15 +162,29 @@ class Session:
         repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
         version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
         declared = _serde.unstructure_env(env)
-        command = {"runner": runner, "tests": candidate.tests, "pytest_args": list(PYTEST_ARGS)}
+        command: dict[str, Any] = {
+            "runner": runner,
+            "tests": candidate.tests,
+            "pytest_args": list(PYTEST_ARGS),
+        }
+        toolchain = tool.fingerprint
+        if lang is not None:
+            command = {
+                "runner": runner,
+                "language": candidate.language,
+                "request_type": candidate.request_type,
+            }
+            toolchain = f"{tool.fingerprint}:{lang.fingerprint}"
         key = cache_key(
             aexec=self.version,
             code=version,
             environment=declared,
             command=command,
-            toolchain=tool.fingerprint,
+            toolchain=toolchain,
         )
-        return Job(index, candidate, classification, runner, tool, env, declared, repo_hash, version, key)
+        return Job(
+            index, candidate, classification, runner, tool, env, declared, repo_hash, version, key, lang
+        )
 
     async def bytecode(self, repo: str, tool: Toolchain) -> str | None:
         """``repo`` compiled for ``tool`` (`compile_bytecode`), made on first use, with the

@@ -9,6 +9,7 @@ they change.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -146,4 +147,118 @@ class Toolchains:
             return tool
 
         tool, _ = await inflight.run(python, probe)
+        return tool
+
+
+# -- languages beyond Python (aexec._languages) ------------------------------------------
+
+
+@attrs.frozen
+class LangToolchain:
+    """A language's toolchain: its executables resolved, its version, what it reads."""
+
+    language: str
+    #: ``(name, absolute path)`` of each of ``aexec._languages.TOOLS[language]``.
+    tools: tuple[tuple[str, str], ...]
+    version: str
+    #: SHA-256 of the version output and the resolved executables (path, size, mtime).
+    fingerprint: str
+    #: Install prefixes the tools read: made reachable inside the boundary.
+    paths: tuple[str, ...]
+    stamp: tuple[tuple[int, int], ...]
+
+    @property
+    def tool_map(self) -> dict[str, str]:
+        return dict(self.tools)
+
+
+def search_path() -> list[str]:
+    """Where a language's executables are looked for: PATH, then ``~/.cargo/bin``."""
+    dirs = [d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d]
+    return [*dirs, os.path.expanduser("~/.cargo/bin")]
+
+
+def _prefix(real: str) -> str:
+    """A tool's install prefix: ``/usr`` for ``/usr/bin/gcc``, the JDK for ``…/bin/java``."""
+    bindir = os.path.dirname(real)
+    return os.path.dirname(bindir) if os.path.basename(bindir) == "bin" else bindir
+
+
+def _which(name: str, where: str) -> tuple[str, str] | None:
+    """``(absolute path, real path)`` of an executable ``name`` on ``where`` (or a path)."""
+    found = name if os.sep in name else shutil.which(name, path=where)
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        return None
+    return os.path.abspath(found), os.path.realpath(found)
+
+
+async def _run(argv: list[str]) -> tuple[int, str, str]:
+    with anyio.fail_after(PROBE_TIMEOUT_S):
+        done = await anyio.run_process(
+            argv, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C"}, check=False
+        )
+    return done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+
+
+async def probe_language(language: str) -> LangToolchain:
+    """Resolve ``language``'s tools and ask them for the version; `RequestError` if one is missing.
+
+    ``rustc`` on PATH is usually rustup's proxy, which reads ``~/.rustup`` (not HOME inside
+    the boundary): the toolchain's own ``rustc`` under ``rustc --print sysroot`` is run instead.
+    """
+    from .. import _languages as langs
+
+    lang: langs.Language = language  # type: ignore[assignment]
+    where = os.pathsep.join(search_path())
+    tools: dict[str, str] = {}
+    paths: list[str] = []
+    for name in langs.TOOLS[lang]:
+        resolved = await in_thread(_which, name, where)
+        if resolved is None:
+            raise RequestError(
+                f"language {language!r}: {name!r} is not installed (searched PATH and ~/.cargo/bin)"
+            )
+        found, real = resolved
+        if name == "rustc":
+            rc, out, err = await _run([found, "--print", "sysroot"])
+            own = os.path.join(out.strip(), "bin", "rustc")
+            if rc != 0 or await in_thread(_which, own, "") is None:
+                raise RequestError(
+                    f"language {language!r}: rustc has no usable sysroot ({err.strip()[:200]})"
+                )
+            found = real = own
+        tools[name] = found
+        paths.append(_prefix(real))
+    rc, out, err = await _run(list(langs.version_argv(lang, tools=tools)))
+    version = langs.parse_version(lang, out, err)
+    if rc != 0 or not version:
+        raise RequestError(f"language {language!r}: the version probe failed ({(err or out).strip()[:200]})")
+    stamps = await in_thread(stamp, tools.values())
+    h = hashlib.sha256(json.dumps([language, version, sorted(tools.items()), stamps]).encode())
+    return LangToolchain(
+        language,
+        tuple(sorted(tools.items())),
+        version,
+        h.hexdigest(),
+        tuple(sorted(set(paths))),
+        stamps,
+    )
+
+
+class LangToolchains:
+    """Language toolchains probed so far (by an `Observer`), each valid while its stamp holds."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, LangToolchain] = {}
+
+    async def get(self, language: str, inflight: Inflight[LangToolchain]) -> LangToolchain:
+        async def probe() -> LangToolchain:
+            known = self._known.get(language)
+            if known is not None and known.stamp == await in_thread(stamp, dict(known.tools).values()):
+                return known
+            found = await probe_language(language)
+            self._known[language] = found
+            return found
+
+        tool, _ = await inflight.run(language, probe)
         return tool

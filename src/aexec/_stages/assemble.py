@@ -13,12 +13,14 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from .._records import (
+    Change,
     Environment,
     ExecutionObservation,
     Failure,
     Flags,
     FsBoundary,
     ResourceUsage,
+    TableChange,
     TestResult,
 )
 from .._types import TestVerdict, Verdict
@@ -116,6 +118,9 @@ class Run:
     changed_state: str
     cpu_s: float | None
     peak_ram_mib: int | None
+    #: ``changed_state`` path by path (`aexec._boundary.trees.list_changes`).
+    changes: tuple[Change, ...] = ()
+    changes_omitted: int = 0
 
 
 def assemble(
@@ -165,6 +170,9 @@ def assemble(
         probe_gated=head.classification.probe_gated,
         cache_key=head.cache_key,
         aexec_version=head.aexec_version,
+        changes=run.changes,
+        changes_omitted=run.changes_omitted,
+        changed_tables=tuple(TableChange(t, 0, rows, digest) for t, rows, digest in ev.tables),
     )
 
 

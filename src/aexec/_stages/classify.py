@@ -67,10 +67,28 @@ def plan(candidate: Candidate, mode: Mode) -> Runner:
     raise RequestError(f"{candidate.request_type} ({mode}) needs `code` or `command`")
 
 
+def check_language(candidate: Candidate) -> None:
+    """A language beyond Python answers a ``snippet``'s ``build_check`` or ``run_entry``."""
+    lang = candidate.language
+    if lang == "python":
+        return
+    if candidate.request_type not in ("build_check", "run_entry") or candidate.artifact_shape != "snippet":
+        raise RequestError(
+            f"language {lang!r} answers build_check and run_entry of a snippet, "
+            f"not {candidate.request_type} of a {candidate.artifact_shape}"
+        )
+    if candidate.code is None:
+        raise RequestError(f"language {lang!r}: a snippet needs `code` (one whole source file)")
+    for name in ("command", "repo", "patch", "tests", "python"):
+        if getattr(candidate, name) is not None:
+            raise RequestError(f"language {lang!r}: `{name}` is for Python requests only")
+
+
 def check(candidate: Candidate) -> tuple[Classification, Runner]:
     """Classify and plan ``candidate``, checking the fields its runner needs (no I/O)."""
     c = classify(candidate.request_type, candidate.artifact_shape, str(candidate.id or ""))
-    runner = plan(candidate, c.mode)
+    check_language(candidate)
+    runner = "steps" if candidate.language != "python" else plan(candidate, c.mode)
     if candidate.command is not None and (
         not candidate.command or not all(isinstance(a, str) for a in candidate.command)
     ):

@@ -71,8 +71,27 @@ class Finding:
     exception: str | None = None
 
 
+def language_failures(ev: Evidence) -> tuple[Finding, ...]:
+    """A language's findings (already classed and ordered by its parser) as failures."""
+    assert ev.lang is not None
+    found = [
+        Finding(
+            Failure(f.failure_class, f.location, _message(f.message), ev.exit_code, round(ev.duration, 6)),
+            None if f.exception is None else _message(f.exception),
+        )
+        for f in ev.lang.findings
+    ]
+    if not found and (ev.timed_out or ev.oom_killed):  # nothing of the steps was reported
+        cls: FailureClass = "timeout" if ev.timed_out else "resource"
+        what = "killed at the wall-clock deadline" if ev.timed_out else "killed by the run's memory cap"
+        found.append(Finding(Failure(cls, "", what, ev.exit_code, round(ev.duration, 6))))
+    return tuple(found[:SECONDARY_FAILURE_CAP])
+
+
 def failures(ev: Evidence, timeout_s: float) -> tuple[Finding, ...]:
     """Every failure the evidence shows, the primary one first (bounded)."""
+    if ev.lang is not None:
+        return language_failures(ev)
     seen: list[Finding] = []
 
     def add(cls: FailureClass, location: str, message: str, exception: str | None = None) -> None:

@@ -14,6 +14,7 @@ import re
 
 import attrs
 
+from .. import _languages as langs
 from .._records import RawRun
 from .._types import MESSAGE_CAP_CHARS, TestVerdict
 from .._wire import BOX_FAILED, FRAME_CAP, ExceptionRecord
@@ -78,6 +79,10 @@ class Evidence:
     oom_killed: bool = False
     #: The driver could not build the boundary; nothing of the candidate ran.
     box_failed: bool = False
+    #: A language beyond Python (the ``steps`` runner): its toolchain's evidence.
+    lang: langs.LanguageEvidence | None = None
+    #: ``sql``: ``(table, rows, digest)`` of the tables whose rows changed.
+    tables: tuple[tuple[str, int, str], ...] = ()
 
 
 def _display(path: str, cwd: str, snippet: str | None) -> str:
@@ -224,4 +229,65 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         parse_uncertain=uncertain,
         oom_killed=raw.oom_killed,
         box_failed=raw.exit_code == BOX_FAILED and not any(r["kind"] == "main" for r in raw.records),
+    )
+
+
+def step_outputs(raw: RawRun) -> tuple[langs.StepOutput, ...]:
+    """The ``steps`` runner's records as the language parsers' `StepOutput`s, in order.
+
+    A step that started and has no end record was still running when the run ended:
+    at the deadline (``timed_out``), or killed with the whole run (the run's signal).
+    A memory-cgroup kill is laid on the last step, if it failed.
+    """
+    outs: list[langs.StepOutput] = []
+    open_step: str | None = None
+    for rec in raw.records:
+        if rec["kind"] == "step_start":
+            open_step = rec["name"]
+        elif rec["kind"] == "step":
+            open_step = None
+            outs.append(
+                langs.StepOutput(
+                    rec["name"],
+                    rec["exit"],
+                    rec["signal"],
+                    stdout=rec["stdout"],
+                    stderr=rec["stderr"],
+                    diagnostics=rec["evidence"],
+                )
+            )
+    if open_step is not None:
+        signal = None if raw.timed_out else raw.signal
+        outs.append(langs.StepOutput(open_step, None, signal, timed_out=raw.timed_out))
+    elif raw.timed_out and outs:
+        outs[-1] = attrs.evolve(outs[-1], timed_out=True)
+    if raw.oom_killed and outs and outs[-1].failed:
+        outs[-1] = attrs.evolve(outs[-1], oom_killed=True)
+    return tuple(outs)
+
+
+def parse_language(raw: RawRun, language: str, *, cwd: str, timeout_s: float | None = None) -> Evidence:
+    """The evidence of a language's steps (``aexec._languages.parse``). Same input, same output."""
+    lang: langs.Language = language  # type: ignore[assignment]
+    outs = step_outputs(raw)
+    ev = langs.parse(lang, outs, cwd, timeout_s=timeout_s)
+    run = next((o for o in outs if o.name == "run" and not o.failed), None)
+    tables = langs.census(run.diagnostics) if language == "sql" and run is not None else ()
+    box_failed = raw.exit_code == BOX_FAILED and not any(r["kind"] == "main" for r in raw.records)
+    last = outs[-1] if outs else None
+    return Evidence(
+        runner="steps",
+        exit_code=last.exit_code if last else raw.exit_code,
+        signal=last.signal if last else raw.signal,
+        timed_out=raw.timed_out,
+        duration=raw.duration,
+        tests=(),
+        errors=(),
+        in_flight=None,
+        pytest_exit=None,
+        parse_uncertain=ev.parse_uncertain or raw.bad_records > 0 or (not outs and not box_failed),
+        oom_killed=raw.oom_killed,
+        box_failed=box_failed,
+        lang=ev,
+        tables=tables,
     )

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from .. import _languages as langs
 from .._records import Environment
-from .._wire import Box, Instructions, Runner
+from .._wire import Box, Instructions, Runner, StepSpec
 from .policy import limits
 
 #: How pytest is run for every candidate: no cache provider (nothing written into the
@@ -84,6 +85,10 @@ class RunFacts:
     #: ``cgroup.procs`` files of the run's cgroups (none without cgroups).
     cgroup_procs: tuple[str, ...]
     box: BoxFacts | None
+    #: A language beyond Python (the ``steps`` runner): its name, request type and tools.
+    language: str = "python"
+    request_type: str = ""
+    lang_tools: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen
@@ -164,6 +169,52 @@ def needed_paths(scratch: Scratch, toolchain_paths: Iterable[str]) -> list[str]:
     return [p for p in (scratch.root, *toolchain_paths) if not under(p, TMP_TARGETS)]
 
 
+#: Languages whose runtimes reserve far more address space than they use (the JVM's
+#: class space and code cache, V8's code range): RLIMIT_AS is lifted for their program
+#: too. Every build step (a compiler: rustc maps LLVM, javac is a JVM) gets it lifted.
+ADDRESS_SPACE_HUNGRY = frozenset({"java", "javascript"})
+#: ``RLIM_INFINITY``.
+UNLIMITED = -1
+#: Without the memory cgroup, a lifted RLIMIT_AS is this backstop instead (javac asks
+#: ~4 GiB); the heap flags sized from the RAM cap (``-Xmx``, ``--max-old-space-size``)
+#: bound a JVM's or V8's heap.
+HUNGRY_ADDRESS_SPACE_BYTES = 8 << 30
+
+
+def lang_steps(facts: RunFacts, env: Environment, address_space: int) -> tuple[list[StepSpec], int]:
+    """The ``steps`` runner's steps, and the RLIMIT_AS of the driver's child over them.
+
+    A build step, and a JVM's or V8's program, gets RLIMIT_AS lifted: with the memory
+    cgroup on, it is unlimited and the cgroup's cap (RAM + disk, the whole tree) holds the
+    line; without, `HUNGRY_ADDRESS_SPACE_BYTES`. A native program keeps the declared cap.
+    The child keeps the highest limit any step needs; a step lowers its own from there.
+    """
+    language: langs.Language = facts.language  # type: ignore[assignment]
+    request_type: langs.LangRequestType = facts.request_type  # type: ignore[assignment]
+    planned = langs.pipeline_steps(
+        language, request_type, facts.scratch.work, tools=dict(facts.lang_tools), ram_mib=env.ram_cap_mib
+    )
+    hungry = language in ADDRESS_SPACE_HUNGRY
+    lifted = UNLIMITED if facts.cgroup_procs else max(address_space, HUNGRY_ADDRESS_SPACE_BYTES)
+    child = lifted if planned else address_space
+    out: list[StepSpec] = []
+    for step in planned:
+        own = lifted if hungry or not step.runs_candidate else address_space
+        out.append(
+            {
+                "name": step.name,
+                "argv": list(step.argv),
+                "cwd": step.cwd,
+                "env": dict(step.env),
+                "evidence_file": step.evidence_file,
+                "stdin_file": step.stdin_file,
+                "rlimits": {} if own == child else {"RLIMIT_AS": own},
+                "stdout_is_program": step.runs_candidate,
+            }
+        )
+    return out, child
+
+
 def plan(facts: RunFacts, env: Environment) -> Plan:
     """The driver's instructions for one run of ``facts`` held to ``env``."""
     scratch = facts.scratch
@@ -205,6 +256,9 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "argv": list(facts.argv),
         "pytest_args": [*PYTEST_ARGS, f"--rootdir={scratch.work}", *selection(facts.tests)],
         "import_modules": modules(facts.touched_sources, facts.import_roots, scratch.work),
+        "steps": [],
     }
+    if facts.runner == "steps":
+        instructions["steps"], rlimits["RLIMIT_AS"] = lang_steps(facts, env, lim.address_space_bytes)
     env_vars = candidate_env(scratch, facts.python)
     return Plan(instructions=instructions, env=tuple(sorted(env_vars.items())), report=report)
