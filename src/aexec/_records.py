@@ -30,6 +30,7 @@ __all__ = [
     "Candidate",
     "Environment",
     "ExecutionObservation",
+    "ExpectedFailures",
     "Failure",
     "Flags",
     "FsBoundary",
@@ -77,6 +78,11 @@ class Candidate:
     tests: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     python: str | None = None
     policy: Policy = Policy()
+    # SWE-bench-style grading (``aexec._stages.grade``): the expected tests, as pytest
+    # node ids, and the oracle diff applied after ``patch`` (never counted as tampering).
+    fail_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
+    pass_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
+    test_patch: str | None = None
 
 
 @attrs.frozen
@@ -147,6 +153,15 @@ class Flags:
 
 
 @attrs.frozen
+class ExpectedFailures:
+    """The expected tests of a graded request that did not pass (failed, errored,
+    skipped, or never collected), by node id."""
+
+    fail_to_pass: tuple[str, ...] = ()
+    pass_to_pass: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class ResourceUsage:
     #: CPU seconds used over (wall seconds × the core cap), clipped to 0..1.
     peak_cpu: float | None = None
@@ -186,6 +201,11 @@ class ExecutionObservation:
     #: Set only when aexec itself could not observe the candidate (``verdict == "error"``).
     error: str | None = None
     aexec_version: str = ""
+    #: Graded requests only (else None): every expected FAIL_TO_PASS and PASS_TO_PASS
+    #: test passed, the candidate did not tamper, and the observation is not ``error``.
+    resolved: bool | None = None
+    #: Graded requests only (else None): which expected tests did not pass.
+    expected_failures: ExpectedFailures | None = None
 
 
 @attrs.frozen

@@ -51,6 +51,16 @@ def _check_policy(policy: Any) -> None:
             raise RequestError(f"policy.{name} must be > 0, got {value!r}")
 
 
+def _check_grading(fields: dict[str, Any]) -> None:
+    """The SWE-bench-style grading fields: lists of node ids, and the oracle diff."""
+    for name in ("fail_to_pass", "pass_to_pass"):
+        value = fields.get(name)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise RequestError(f"`{name}` must be a list of pytest node ids (strings)")
+    if fields.get("test_patch") is not None and not isinstance(fields["test_patch"], str):
+        raise RequestError("`test_patch` must be a string")
+
+
 def candidate(data: Any) -> tuple[Candidate, list[str]]:
     """A request object → a `Candidate`, and the names of the fields it ignored.
 
@@ -78,6 +88,7 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
         value = fields.get(name)
         if value is not None and not isinstance(value, str):
             raise RequestError(f"`{name}` must be a string")
+    _check_grading(fields)
     try:
         cand = _converter.structure(fields, Candidate)
     except (cattrs.BaseValidationError, ValueError, TypeError) as e:  # checked above; belt

@@ -24,6 +24,7 @@ from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
 from .._options import Options
 from .._records import Candidate, Environment, ExecutionObservation
+from .._stages import grade
 from .._stages.assemble import Run
 from .._stages.classify import Classification, Runner
 from .._stages.keys import artifact_version, cache_key
@@ -65,10 +66,11 @@ def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | N
         if c.repo is None:
             continue
         have = union.setdefault(c.repo, set())
-        if c.tests is None:
+        tests = grade.selection(c)
+        if tests is None:
             union[c.repo] = None
         elif have is not None:
-            have.update(c.tests)
+            have.update(tests)
     return {repo: None if tests is None else tuple(sorted(tests)) for repo, tests in union.items()}
 
 
@@ -139,6 +141,7 @@ class Session:
         self, index: int, candidate: Candidate, classification: Classification, runner: Runner
     ) -> Job:
         """Resolve, probe, declare and key one candidate (no run yet)."""
+        candidate = attrs.evolve(candidate, tests=grade.selection(candidate))
         python = resolve_python(candidate.python)
         tool = await self.observer.toolchains.get(python, self.toolchains, self.cache)
         env = declare(
@@ -154,7 +157,13 @@ class Session:
         repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
         version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
         declared = _serde.unstructure_env(env)
-        command = {"runner": runner, "tests": candidate.tests, "pytest_args": list(PYTEST_ARGS)}
+        command: dict[str, Any] = {
+            "runner": runner,
+            "tests": candidate.tests,
+            "pytest_args": list(PYTEST_ARGS),
+        }
+        if grade.expects(candidate) or candidate.test_patch is not None:
+            command["grading"] = [candidate.test_patch, candidate.fail_to_pass, candidate.pass_to_pass]
         key = cache_key(
             aexec=self.version,
             code=version,
