@@ -20,6 +20,7 @@ from ._options import Options
 from ._pipeline.observer import Observer
 from ._pipeline.toolchain import resolve_python
 from ._records import Candidate, ExecutionObservation
+from ._stages import grade
 from ._stages.classify import Classification, Runner, check
 
 VERSION = "0.1.0"
@@ -27,16 +28,19 @@ VERSION = "0.1.0"
 
 def validate(candidate: Candidate) -> tuple[Classification, Runner]:
     """Check a candidate before anything runs; raises `RequestError` naming the field."""
+    grade.check(candidate)
+    # Graded without `tests`: the files its expected node ids name are the selection.
+    candidate = attrs.evolve(candidate, tests=grade.selection(candidate))
     classification, runner = check(candidate)
     resolve_python(candidate.python)
     if candidate.repo is not None:
         if not os.path.isdir(candidate.repo):
             raise RequestError(f"repo: {candidate.repo!r} is not a directory")
-        for i, sel in enumerate(candidate.tests or ()):
+        diffs = (candidate.patch or "") + (candidate.test_patch or "")
+        for field, i, sel in grade.named(candidate):
             path = sel.split("::", 1)[0]
-            created = candidate.patch is not None and f"+++ b/{path}" in candidate.patch
-            if not created and not os.path.exists(os.path.join(candidate.repo, path)):
-                raise RequestError(f"tests[{i}]: {path!r} does not exist in repo {candidate.repo!r}")
+            if f"+++ b/{path}" not in diffs and not os.path.exists(os.path.join(candidate.repo, path)):
+                raise RequestError(f"{field}[{i}]: {path!r} does not exist in repo {candidate.repo!r}")
     return classification, runner
 
 

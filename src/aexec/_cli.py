@@ -1,6 +1,8 @@
 """``aexec observe CASES.jsonl -o OBS.jsonl`` — the contract's command line.
 
 The only place that configures structlog and prints progress.
+Longer than 400 lines because it holds every command's parser and its short main; the
+commands' work lives in their own modules (``_discrimination``, ``_ab``, ``_swebench``).
 """
 
 from __future__ import annotations
@@ -302,6 +304,27 @@ def _more_commands(sub: Any) -> None:
     )
     gc.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
     a.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
+    s = sub.add_parser("swebench", help="grade SWE-bench-format predictions on local checkouts")
+    s.add_argument("predictions", help="JSON or JSONL: instance_id, model_name_or_path, model_patch")
+    s.add_argument(
+        "instances", help="JSON or JSONL: instance_id, repo, python, test_patch, FAIL_TO_PASS, PASS_TO_PASS"
+    )
+    s.add_argument("-o", "--output", required=True, help="the report (SWE-bench's layout, JSON)")
+    s.add_argument("--jobs", type=int, default=None, help="runs under way at once (default: 4 per core)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--cache-dir", default=None, help=f"behavioural cache (default: {default_cache_dir()})")
+    g.add_argument("--no-cache", action="store_true", help="observe everything afresh, store nothing")
+    s.add_argument("-v", "--verbose", action="count", default=0, help="log stage events to stderr")
+
+
+def _swebench_main(args: argparse.Namespace) -> int:
+    from ._swebench import main as swebench
+
+    if _bad_jobs(args):
+        return 2
+    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    options = Options.from_env(limit=args.jobs, cache_dir=cache_dir)
+    return swebench(args.predictions, args.instances, args.output, options=options)
 
 
 def _bad_jobs(args: argparse.Namespace) -> bool:
@@ -438,4 +461,9 @@ def _gc_main(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"discriminate": _discriminate_main, "ab": _ab_main, "gc": _gc_main}
+_COMMANDS = {
+    "discriminate": _discriminate_main,
+    "ab": _ab_main,
+    "swebench": _swebench_main,
+    "gc": _gc_main,
+}

@@ -39,6 +39,7 @@ __all__ = [
     "Change",
     "Environment",
     "ExecutionObservation",
+    "ExpectedFailures",
     "Failure",
     "Flags",
     "FsBoundary",
@@ -113,6 +114,12 @@ class Candidate:
     #: The toolchain family (contract: "Added: languages beyond Python").
     language: LanguageName = attrs.field(default="python", validator=attrs.validators.in_(LANGUAGE_NAMES))
 
+    # SWE-bench-style grading (``aexec._stages.grade``): the expected tests, as pytest
+    # node ids, and the oracle diff applied after ``patch`` (never counted as tampering).
+    fail_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
+    pass_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
+    test_patch: str | None = None
+
     def __attrs_post_init__(self) -> None:
         _check_candidate(self)
 
@@ -139,13 +146,13 @@ def _check_candidate(c: Candidate) -> None:
             raise RequestError(f"id must be a string or an integer, got {type(c.id).__name__}")
         if isinstance(c.id, str):
             _valid_text("id", c.id)
-    for name in ("code", "patch"):
+    for name in ("code", "patch", "test_patch"):
         if getattr(c, name) is not None:
             _valid_text(name, getattr(c, name))
     for name in ("repo", "python"):
         if getattr(c, name) is not None:
             _valid_text(name, getattr(c, name), path=True)
-    for name in ("command", "tests"):
+    for name in ("command", "tests", "fail_to_pass", "pass_to_pass"):
         value = getattr(c, name)
         if value is None:
             continue
@@ -225,6 +232,15 @@ class Flags:
 
 
 @attrs.frozen
+class ExpectedFailures:
+    """The expected tests of a graded request that did not pass (failed, errored,
+    skipped, or never collected), by node id."""
+
+    fail_to_pass: tuple[str, ...] = ()
+    pass_to_pass: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class ResourceUsage:
     #: CPU seconds used over (wall seconds × the core cap), clipped to 0..1.
     peak_cpu: float | None = None
@@ -299,6 +315,11 @@ class ExecutionObservation:
     changes_omitted: int = 0
     #: ``sql``: the tables whose rows changed.
     changed_tables: tuple[TableChange, ...] = ()
+    #: Graded requests only (else None): every expected FAIL_TO_PASS and PASS_TO_PASS
+    #: test passed, the candidate did not tamper, and the observation is not ``error``.
+    resolved: bool | None = None
+    #: Graded requests only (else None): which expected tests did not pass.
+    expected_failures: ExpectedFailures | None = None
 
 
 @attrs.frozen

@@ -46,6 +46,16 @@ def _policy(policy: Any) -> Policy:
     return Policy(**policy)  # each value checked against its bounds (`policy_bounds`)
 
 
+def _check_grading(fields: dict[str, Any]) -> None:
+    """The SWE-bench-style grading fields: lists of node ids, and the oracle diff."""
+    for name in ("fail_to_pass", "pass_to_pass"):
+        value = fields.get(name)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise RequestError(f"`{name}` must be a list of pytest node ids (strings)")
+    if fields.get("test_patch") is not None and not isinstance(fields["test_patch"], str):
+        raise RequestError("`test_patch` must be a string")
+
+
 def candidate(data: Any) -> tuple[Candidate, list[str]]:
     """A request object → a `Candidate`, and the names of the fields it ignored.
 
@@ -67,6 +77,7 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
     language = fields.get("language")
     if language is not None and language not in LANGUAGE_NAMES:
         raise RequestError(f"unknown language {language!r} (expected one of {', '.join(LANGUAGE_NAMES)})")
+    _check_grading(fields)
     try:
         return Candidate(**fields), ignored  # every field checked by the record itself
     except TypeError as e:  # a field the record does not take in this form

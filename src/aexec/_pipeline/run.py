@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,25 @@ from .._stages.plan import BoxFacts, RunFacts, Scratch, candidate_env, needed_pa
 from .._stages.policy import limits
 from .cache import in_thread
 from .session import Job, Session
+
+
+class OracleError(Exception):
+    """The request's ``test_patch`` does not apply to its repo: an error of the instance,
+    never the candidate's (the oracle's files are reset before it is applied, so a
+    candidate's patch cannot make it fail)."""
+
+
+def _reset(repo: str, work: str, paths: list[str]) -> None:
+    """Put ``paths`` of the view back as they are in ``repo`` (absent if absent there)."""
+    for rel in paths:
+        src, dst = os.path.join(repo, rel), os.path.join(work, rel)
+        if os.path.isdir(dst) and not os.path.islink(dst):
+            shutil.rmtree(dst)
+        elif os.path.lexists(dst):
+            os.unlink(dst)
+        if os.path.lexists(src) and not os.path.isdir(src):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(src, dst, follow_symlinks=False)
 
 
 def _config_changed(repo: str, work: str) -> bool:
@@ -109,11 +129,13 @@ def _changes(
 
 
 async def run_once(
-    session: Session, job: Job, *, patch: str | None, touched: list[str]
+    session: Session, job: Job, *, patch: str | None, touched: list[str], oracle: list[str] | None = None
 ) -> tuple[Run, bool] | PatchError:
     """One execution in a fresh scratch root: (the run, whether pytest config changed).
 
-    A patch that does not apply is returned, not raised: nothing ran.
+    A patch that does not apply is returned, not raised: nothing ran. The request's
+    ``test_patch`` (touching ``oracle``) is applied after ``patch``, on the oracle's
+    files as the repo has them; if it does not apply, `OracleError` is raised.
     """
     candidate, tool, env = job.candidate, job.tool, job.env
     box = session.isolation.namespaces
@@ -131,6 +153,14 @@ async def run_once(
                 return e
             assert candidate.repo is not None
             config_changed = await in_thread(_config_changed, candidate.repo, scratch.work)
+        if candidate.test_patch is not None:
+            assert candidate.repo is not None
+            if patch is not None and oracle:
+                await in_thread(_reset, candidate.repo, scratch.work, [p for p in oracle if p in touched])
+            try:
+                await apply_patch(scratch, candidate.test_patch)
+            except PatchError as e:
+                raise OracleError(str(e)) from None
         snippet = None
         written: dict[str, str] = {}
         lang = job.lang
@@ -162,7 +192,7 @@ async def run_once(
             snippet=snippet,
             argv=tuple(candidate.command or ()),
             tests=candidate.tests,
-            touched_sources=await in_thread(_existing, scratch.work, touched),
+            touched_sources=await in_thread(_existing, scratch.work, [*touched, *(oracle or ())]),
             cgroup_procs=tuple(cgroups.procs_files(run_name)) if cgroups is not None else (),
             box=box_facts,
             language=candidate.language,

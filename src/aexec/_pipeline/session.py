@@ -24,6 +24,7 @@ from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
 from .._options import Options
 from .._records import Candidate, Environment, ExecutionObservation
+from .._stages import grade
 from .._stages.assemble import Run
 from .._stages.classify import Classification, Runner
 from .._stages.keys import artifact_version, cache_key
@@ -67,10 +68,11 @@ def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | N
         if c.repo is None:
             continue
         have = union.setdefault(c.repo, set())
-        if c.tests is None:
+        tests = grade.selection(c)
+        if tests is None:
             union[c.repo] = None
         elif have is not None:
-            have.update(c.tests)
+            have.update(tests)
     return {repo: None if tests is None else tuple(sorted(tests)) for repo, tests in union.items()}
 
 
@@ -144,6 +146,7 @@ class Session:
         self, index: int, candidate: Candidate, classification: Classification, runner: Runner
     ) -> Job:
         """Resolve, probe, declare and key one candidate (no run yet)."""
+        candidate = attrs.evolve(candidate, tests=grade.selection(candidate))
         python = resolve_python(candidate.python)
         tool = await self.observer.toolchains.get(python, self.toolchains, self.cache)
         lang = None
@@ -175,6 +178,8 @@ class Session:
                 "request_type": candidate.request_type,
             }
             toolchain = f"{tool.fingerprint}:{lang.fingerprint}"
+        if grade.expects(candidate) or candidate.test_patch is not None:
+            command["grading"] = [candidate.test_patch, candidate.fail_to_pass, candidate.pass_to_pass]
         key = cache_key(
             aexec=self.version,
             code=version,

@@ -14,17 +14,33 @@ import attrs
 from .._boundary.patch import PatchError, patch_paths
 from .._log import get_logger
 from .._records import Candidate, ExecutionObservation
-from .._stages.assemble import Head, Run, assemble, ran_tests, reconcile, refused, touches_oracle, unobserved
+from .._stages.assemble import (
+    Head,
+    Run,
+    assemble,
+    graded,
+    instance_error,
+    ran_tests,
+    reconcile,
+    refused,
+    same_tests,
+    tag,
+    touches_oracle,
+    unobserved,
+)
 from .._stages.classify import Classification
+from .._stages.grade import oracle_paths_touched, would_resolve
 from .._stages.keys import artifact_version, cache_key
 from .._stages.normalize import failures
 from .._stages.policy import with_scratch
 from .._types import TestVerdict
 from .cache import in_thread
-from .run import run_once
+from .run import OracleError, run_once
 from .session import Job, Session
 
 log = get_logger(__name__)
+
+_ORACLE = "test_patch does not apply (an error of the instance, not of the candidate): "
 
 
 async def observe_one(session: Session, job: Job) -> ExecutionObservation:
@@ -36,8 +52,14 @@ async def observe_one(session: Session, job: Job) -> ExecutionObservation:
     return obs
 
 
-async def _before(session: Session, job: Job) -> dict[str, TestVerdict]:
-    """Per-test verdicts of the selection on the unpatched repo (cached, shared)."""
+def _oracle(job: Job) -> dict[str, str]:
+    """The oracle's part of a before-run's key (nothing without one: keys unchanged)."""
+    return {} if job.candidate.test_patch is None else {"test_patch": job.candidate.test_patch}
+
+
+async def _before(session: Session, job: Job, oracle: list[str]) -> dict[str, TestVerdict]:
+    """Per-test verdicts of the selection on the unpatched repo (cached, shared); with a
+    ``test_patch``, on the unpatched repo with the oracle applied (SWE-bench's before)."""
     key = cache_key(
         aexec=session.version,
         role="before",
@@ -45,17 +67,18 @@ async def _before(session: Session, job: Job) -> dict[str, TestVerdict]:
         environment=job.declared,
         tests=job.candidate.tests,
         toolchain=job.tool.fingerprint,
+        **_oracle(job),
     )
 
     async def run() -> dict[str, TestVerdict]:
-        done, _ = await _unpatched(session, job)
+        done, _ = await _unpatched(session, job, oracle)
         return {t.nodeid: t.verdict for t in done.evidence.tests}
 
     verdicts, _ = await session.befores.get(key, run)
     return verdicts
 
 
-async def _unpatched(session: Session, job: Job) -> tuple[Run, bool]:
+async def _unpatched(session: Session, job: Job, oracle: list[str]) -> tuple[Run, bool]:
     """The job's selection on its repo as it is, run once per call (§3.6): the before-run
     of every patched candidate and the first run of an unpatched one share it."""
     c = job.candidate
@@ -67,10 +90,11 @@ async def _unpatched(session: Session, job: Job) -> tuple[Run, bool]:
         tests=c.tests,
         runner=job.runner,
         toolchain=job.tool.fingerprint,
+        **_oracle(job),
     )
 
     async def run() -> tuple[Run, bool]:
-        done = await run_once(session, job, patch=None, touched=[])
+        done = await run_once(session, job, patch=None, touched=[], oracle=oracle)
         assert not isinstance(done, PatchError)  # no patch, nothing to refuse
         return done
 
@@ -84,30 +108,48 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
     blog = log.bind(candidate=candidate.id)
     head = Head(candidate.id, job.classification, job.version, job.key, session.version)
     touched: list[str] = []
+    oracle: list[str] = []
     before: dict[str, TestVerdict] | None = None
+    broken: OracleError | None = None
+    if candidate.test_patch is not None:
+        try:
+            oracle = await in_thread(patch_paths, candidate.test_patch)
+        except PatchError as e:
+            return graded(instance_error(head, environment=env, message=_ORACLE + str(e)), candidate)
     try:
         if candidate.patch is not None:
             touched = await in_thread(patch_paths, candidate.patch)
     except PatchError as e:
-        return refused(head, environment=env, message=f"patch refused: {e}")
+        return graded(refused(head, environment=env, message=f"patch refused: {e}"), candidate)
     async with anyio.create_task_group() as tg:
         if runner == "pytest" and candidate.patch is not None:
 
             async def get_before() -> None:
-                nonlocal before
-                before = await _before(session, job)
+                nonlocal before, broken
+                try:
+                    before = await _before(session, job, oracle)
+                except OracleError as e:
+                    broken = e
 
             tg.start_soon(get_before)
-        done: tuple[Run, bool] | PatchError
-        if runner == "pytest" and candidate.patch is None:
-            done = await _unpatched(session, job)
+        done: tuple[Run, bool] | PatchError | None = None
+        try:
+            if runner == "pytest" and candidate.patch is None:
+                done = await _unpatched(session, job, oracle)
+            else:
+                done = await run_once(session, job, patch=candidate.patch, touched=touched, oracle=oracle)
+        except OracleError as e:
+            broken = e
+            tg.cancel_scope.cancel()  # the instance is broken: no before-run is needed
         else:
-            done = await run_once(session, job, patch=candidate.patch, touched=touched)
-        if isinstance(done, PatchError):
-            tg.cancel_scope.cancel()  # no before-run is needed for a patch that cannot land
-    if isinstance(done, PatchError):
+            if isinstance(done, PatchError):
+                tg.cancel_scope.cancel()  # no before-run is needed for a patch that cannot land
+    if isinstance(done, PatchError):  # the candidate's patch goes first: it did not land
         blog.info("patch_refused", error=str(done))
-        return refused(head, environment=env, message=f"patch does not apply: {done}")
+        return graded(refused(head, environment=env, message=f"patch does not apply: {done}"), candidate)
+    if broken is not None or done is None:
+        blog.info("test_patch_refused", error=str(broken))
+        return graded(instance_error(head, environment=env, message=_ORACLE + str(broken)), candidate)
     run, config_changed = done
     blog.info(
         "executed",
@@ -117,18 +159,24 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
     )
     reverified: bool | None = None
     passed = not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests)
-    if session.guarded and runner == "pytest" and passed:
-        redo = await run_once(session, job, patch=candidate.patch, touched=touched)
+    # A graded run whose expected tests all passed is a pass claim too: confirm it.
+    resolves = would_resolve(candidate, tag(run.evidence.tests, None))
+    if session.guarded and runner == "pytest" and (passed or resolves):
+        redo = await run_once(session, job, patch=candidate.patch, touched=touched, oracle=oracle)
         if isinstance(redo, PatchError):  # it applied a moment ago: the host changed under us
             raise redo
         again = redo[0]
         merged, agreed = reconcile(run.evidence, again.evidence)
+        if not passed:  # a failing suite re-run for its grade: agreement is per test
+            agreed = same_tests(run.evidence, again.evidence)
         reverified = agreed
         if not agreed:
             blog.warning("nondeterministic", cache_key=job.key[:12])
             run = attrs.evolve(again, evidence=merged)
     tampered = session.guarded and candidate.patch is not None
-    tampered = tampered and touches_oracle(touched, candidate.tests, config_changed)
+    tampered = tampered and (
+        touches_oracle(touched, candidate.tests, config_changed) or oracle_paths_touched(touched, oracle)
+    )
     obs = assemble(
         head,
         environment=with_scratch(env, run.scratch_root),
@@ -137,6 +185,7 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
         reverified=reverified,
         tampered=tampered,
     )
+    obs = graded(obs, candidate)
     blog.info(
         "observed", verdict=obs.verdict, failure_class=obs.failure.failure_class if obs.failure else None
     )
@@ -156,6 +205,7 @@ def unobservable(
     message = "; ".join(
         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}" for e in _leaves(error)
     )
-    return unobserved(
+    obs = unobserved(
         ident=candidate.id, classification=classification, message=message, aexec_version=aexec_version
     )
+    return graded(obs, candidate)

@@ -2,7 +2,8 @@
 
 Guards: empty success (nothing failed, no test ran → flagged, never a pass), the
 determinism check (a passing suite's confirming re-run must agree), and the diff-scope
-anti-gaming check (a patch that touches the oracle is flagged ``tampered``).
+anti-gaming check (a patch that touches the oracle is flagged ``tampered``), and the
+SWE-bench-style grade of a request that expects tests (`graded`, by ``grade``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from .._records import (
+    Candidate,
     Change,
     Environment,
     ExecutionObservation,
@@ -25,6 +27,7 @@ from .._records import (
 )
 from .._types import TestVerdict, Verdict
 from .classify import Classification
+from .grade import grade
 from .normalize import failures, signal_name
 from .parse import Evidence, ParsedTest
 
@@ -67,6 +70,11 @@ def reconcile(first: Evidence, second: Evidence) -> tuple[Evidence, bool]:
         return first, True
     merged = {n: max(a.get(n, "errored"), b.get(n, "errored"), key=_WORSE.__getitem__) for n in a | b}
     return attrs.evolve(second, tests=tuple(ParsedTest(n, v) for n, v in merged.items())), False
+
+
+def same_tests(first: Evidence, second: Evidence) -> bool:
+    """Did two runs give every test the same verdict (whatever the verdicts were)?"""
+    return {t.nodeid: t.verdict for t in first.tests} == {t.nodeid: t.verdict for t in second.tests}
 
 
 def tag(after: Iterable[ParsedTest], before: Mapping[str, TestVerdict] | None) -> tuple[TestResult, ...]:
@@ -212,6 +220,23 @@ def refused(head: Head, *, environment: Environment, message: str) -> ExecutionO
     """
     failure = Failure("compile", "patch", message, None, 0.0)
     return _nothing_ran(head, environment, "fail", "nothing ran", failure)
+
+
+def instance_error(head: Head, *, environment: Environment, message: str) -> ExecutionObservation:
+    """The request's own oracle (its ``test_patch``) cannot be applied: nothing ran, and
+    nothing is charged to the candidate: ``verdict == "error"``, the reason in ``error``."""
+    return attrs.evolve(_nothing_ran(head, environment, "error", "nothing ran", None), error=message)
+
+
+def graded(obs: ExecutionObservation, candidate: Candidate) -> ExecutionObservation:
+    """``obs`` with its SWE-bench-style grade (``aexec._stages.grade``), when the request
+    expected tests; unchanged otherwise."""
+    resolved, missing = grade(
+        candidate, obs.test_results, tampered=obs.flags.tampered, error=obs.verdict == "error"
+    )
+    if resolved is None:
+        return obs
+    return attrs.evolve(obs, resolved=resolved, expected_failures=missing)
 
 
 def unobserved(
