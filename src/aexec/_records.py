@@ -16,10 +16,12 @@ from ._types import (
     DEFAULT_DISK_MIB,
     DEFAULT_OPEN_FILES,
     DEFAULT_PIDS,
+    PLUGIN_LOADING,
     REQUEST_TYPES,
     ArtifactShape,
     FailureClass,
     Mode,
+    PluginLoading,
     RequestType,
     TestVerdict,
     Verdict,
@@ -28,6 +30,7 @@ from ._wire import Record
 
 __all__ = [
     "Candidate",
+    "EnvFault",
     "Environment",
     "ExecutionObservation",
     "Failure",
@@ -77,6 +80,11 @@ class Candidate:
     tests: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     python: str | None = None
     policy: Policy = Policy()
+    #: ``"auto"``: pytest loads the interpreter's plugins as plain pytest does (entry
+    #: points); ``"none"``: it auto-loads none (``-p`` and ``pytest_plugins`` still load).
+    pytest_plugins: PluginLoading = attrs.field(
+        default="auto", validator=attrs.validators.in_(PLUGIN_LOADING)
+    )
 
 
 @attrs.frozen
@@ -144,6 +152,26 @@ class Flags:
     #: The run was lost with the machine it ran on (a Ray worker or node died) and was
     #: run again elsewhere; this is the observation of the run that finished.
     retried: bool = False
+    #: The selection cannot run in the declared environment, and the unpatched repo fails
+    #: the same way: not the candidate's fault (``verdict`` is ``error``; see `EnvFault`).
+    env_broken: bool = False
+
+
+@attrs.frozen
+class EnvFault:
+    """Why a selection cannot run in its environment, with the unpatched run's evidence."""
+
+    #: ``usage`` (pytest refused its configuration or arguments), ``internal`` (pytest or
+    #: a plugin crashed at start), ``no_pytest`` (the interpreter has no pytest),
+    #: ``missing_module`` (collection imports a module neither the repo nor the
+    #: interpreter has).
+    kind: str
+    message: str
+    #: The unpatched repo's run: its exit status, its failures and the end of its stderr
+    #: (for an unpatched candidate, its own run).
+    pristine_exit_code: int | None
+    pristine_failures: tuple[Failure, ...] = ()
+    pristine_stderr: str = ""
 
 
 @attrs.frozen
@@ -183,9 +211,12 @@ class ExecutionObservation:
     probe_evidence: tuple[dict[str, Any], ...] = ()
     cache_hit: bool = False
     cache_key: str = ""
-    #: Set only when aexec itself could not observe the candidate (``verdict == "error"``).
+    #: Set only with ``verdict == "error"``: aexec itself could not observe the candidate,
+    #: or (``flags.env_broken``) the environment cannot run its selection.
     error: str | None = None
     aexec_version: str = ""
+    #: Set with ``flags.env_broken``: the environment's fault and the evidence for it.
+    env_fault: EnvFault | None = None
 
 
 @attrs.frozen

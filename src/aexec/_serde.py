@@ -12,7 +12,7 @@ from cattrs.preconf.json import make_converter
 from ._errors import RequestError
 from ._records import Candidate, Environment, ExecutionObservation
 from ._stages.policy import with_scratch
-from ._types import ARTIFACT_SHAPES, REQUEST_TYPES
+from ._types import ARTIFACT_SHAPES, PLUGIN_LOADING, REQUEST_TYPES
 
 _converter = make_converter()
 _CANDIDATE_FIELDS = frozenset(a.name for a in attrs.fields(Candidate))
@@ -78,6 +78,9 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
         value = fields.get(name)
         if value is not None and not isinstance(value, str):
             raise RequestError(f"`{name}` must be a string")
+    plugins = fields.get("pytest_plugins")
+    if plugins is not None and plugins not in PLUGIN_LOADING:
+        raise RequestError(f"`pytest_plugins` must be one of {', '.join(PLUGIN_LOADING)}, got {plugins!r}")
     try:
         cand = _converter.structure(fields, Candidate)
     except (cattrs.BaseValidationError, ValueError, TypeError) as e:  # checked above; belt

@@ -18,6 +18,9 @@ FailureClass = Literal[
 ]
 TestVerdict = Literal["passed", "failed", "errored", "skipped"]
 Verdict = Literal["pass", "fail", "empty_success", "tampered", "error"]
+#: How pytest loads the interpreter's plugins (a request's ``pytest_plugins``).
+PluginLoading = Literal["auto", "none"]
+PLUGIN_LOADING: Final[tuple[PluginLoading, ...]] = ("auto", "none")
 
 REQUEST_TYPES: Final[tuple[RequestType, ...]] = (
     "build_check",

@@ -75,7 +75,9 @@ async def run_once(
             snippet = write_private(scratch, SNIPPET_NAME, candidate.code)
         roots = tuple(import_roots(scratch.work)) if candidate.repo is not None else (scratch.work,)
         mode = "pytest" if job.runner == "pytest" else "bare"
-        server = await session.observer.server(session, tool, mode, candidate_env(scratch, tool.path))
+        autoload = candidate.pytest_plugins == "auto"
+        server_env = candidate_env(scratch, tool.path, autoload=autoload)
+        server = await session.observer.server(session, tool, mode, server_env)
         if server is not None and not server.serves(roots):
             server = None  # the repo shadows a module the server has imported: go cold
         box_facts = None
@@ -99,6 +101,7 @@ async def run_once(
             touched_sources=await in_thread(_existing, scratch.work, touched),
             cgroup_procs=tuple(cgroups.procs_files(run_name)) if cgroups is not None else (),
             box=box_facts,
+            autoload=autoload,
         )
         the_plan = plan(facts, env)
         report = write_private(scratch, "report.jsonl", "")

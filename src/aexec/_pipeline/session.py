@@ -154,7 +154,12 @@ class Session:
         repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
         version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
         declared = _serde.unstructure_env(env)
-        command = {"runner": runner, "tests": candidate.tests, "pytest_args": list(PYTEST_ARGS)}
+        command = {
+            "runner": runner,
+            "tests": candidate.tests,
+            "pytest_args": list(PYTEST_ARGS),
+            "pytest_plugins": candidate.pytest_plugins,
+        }
         key = cache_key(
             aexec=self.version,
             code=version,
