@@ -168,5 +168,9 @@ async def test_an_interpreter_without_pytest_gets_cold_runs_and_the_same_observa
         python=str(venv / "bin" / "python"),
     )
     warm, cold = await both([cand])
-    assert warm[0].verdict != "error" and "pytest" in (warm[0].failure.message if warm[0].failure else "")
+    # no pytest to run the selection with: the environment's fault, not the candidate's
+    assert warm[0].verdict == "error" and warm[0].flags.env_broken, warm[0]
+    assert warm[0].env_fault.kind == "no_pytest" and "pytest" in (
+        warm[0].failure.message if warm[0].failure else ""
+    )
     assert comparable(warm[0]) == comparable(cold[0])

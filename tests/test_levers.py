@@ -107,7 +107,8 @@ def comparable(obs: ExecutionObservation) -> dict[str, Any]:
     paths = sorted({p for p in (scratch, data.pop("cwd")) if p}, key=len, reverse=True)
     for key in ("duration", "cache_hit", "resource_usage"):
         data.pop(key)
-    for failure in [data["failure"], *data["failures"]]:
+    pristine = (data.get("env_fault") or {}).get("pristine_failures", [])
+    for failure in [data["failure"], *data["failures"], *pristine]:
         if failure is not None:
             failure.pop("duration")
     return _scrub(data, paths)

@@ -23,11 +23,13 @@ from ._types import (
     MAX_RAM_MIB,
     MAX_TIMEOUT_S,
     MIN_RAM_MIB,
+    PLUGIN_LOADING,
     REQUEST_TYPES,
     ArtifactShape,
     FailureClass,
     LanguageName,
     Mode,
+    PluginLoading,
     RequestType,
     TestVerdict,
     Verdict,
@@ -37,6 +39,7 @@ from ._wire import Record
 __all__ = [
     "Candidate",
     "Change",
+    "EnvFault",
     "Environment",
     "ExecutionObservation",
     "ExpectedFailures",
@@ -113,6 +116,12 @@ class Candidate:
     policy: Policy = Policy()
     #: The toolchain family (contract: "Added: languages beyond Python").
     language: LanguageName = attrs.field(default="python", validator=attrs.validators.in_(LANGUAGE_NAMES))
+
+    #: ``"auto"``: pytest loads the interpreter's plugins as plain pytest does (entry
+    #: points); ``"none"``: it auto-loads none (``-p`` and ``pytest_plugins`` still load).
+    pytest_plugins: PluginLoading = attrs.field(
+        default="auto", validator=attrs.validators.in_(PLUGIN_LOADING)
+    )
 
     # SWE-bench-style grading (``aexec._stages.grade``): the expected tests, as pytest
     # node ids, and the oracle diff applied after ``patch`` (never counted as tampering).
@@ -229,6 +238,26 @@ class Flags:
     #: The run was lost with the machine it ran on (a Ray worker or node died) and was
     #: run again elsewhere; this is the observation of the run that finished.
     retried: bool = False
+    #: The selection cannot run in the declared environment, and the unpatched repo fails
+    #: the same way: not the candidate's fault (``verdict`` is ``error``; see `EnvFault`).
+    env_broken: bool = False
+
+
+@attrs.frozen
+class EnvFault:
+    """Why a selection cannot run in its environment, with the unpatched run's evidence."""
+
+    #: ``usage`` (pytest refused its configuration or arguments), ``internal`` (pytest or
+    #: a plugin crashed at start), ``no_pytest`` (the interpreter has no pytest),
+    #: ``missing_module`` (collection imports a module neither the repo nor the
+    #: interpreter has).
+    kind: str
+    message: str
+    #: The unpatched repo's run: its exit status, its failures and the end of its stderr
+    #: (for an unpatched candidate, its own run).
+    pristine_exit_code: int | None
+    pristine_failures: tuple[Failure, ...] = ()
+    pristine_stderr: str = ""
 
 
 @attrs.frozen
@@ -305,7 +334,8 @@ class ExecutionObservation:
     probe_evidence: tuple[dict[str, Any], ...] = ()
     cache_hit: bool = False
     cache_key: str = ""
-    #: Set only when aexec itself could not observe the candidate (``verdict == "error"``).
+    #: Set only with ``verdict == "error"``: aexec itself could not observe the candidate,
+    #: or (``flags.env_broken``) the environment cannot run its selection.
     error: str | None = None
     aexec_version: str = ""
     #: What the run changed, path by path (deterministic order, bounded): ``changed_state``
@@ -320,6 +350,8 @@ class ExecutionObservation:
     resolved: bool | None = None
     #: Graded requests only (else None): which expected tests did not pass.
     expected_failures: ExpectedFailures | None = None
+    #: Set with ``flags.env_broken``: the environment's fault and the evidence for it.
+    env_fault: EnvFault | None = None
 
 
 @attrs.frozen

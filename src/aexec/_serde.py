@@ -11,7 +11,7 @@ from cattrs.preconf.json import make_converter
 from ._errors import RequestError
 from ._records import Candidate, Environment, ExecutionObservation, Policy
 from ._stages.policy import with_scratch
-from ._types import LANGUAGE_NAMES
+from ._types import LANGUAGE_NAMES, PLUGIN_LOADING
 
 _converter = make_converter()
 _CANDIDATE_FIELDS = frozenset(a.name for a in attrs.fields(Candidate))
@@ -78,6 +78,9 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
     if language is not None and language not in LANGUAGE_NAMES:
         raise RequestError(f"unknown language {language!r} (expected one of {', '.join(LANGUAGE_NAMES)})")
     _check_grading(fields)
+    plugins = fields.get("pytest_plugins")
+    if plugins is not None and plugins not in PLUGIN_LOADING:
+        raise RequestError(f"pytest_plugins must be one of {', '.join(PLUGIN_LOADING)}, got {plugins!r}")
     try:
         return Candidate(**fields), ignored  # every field checked by the record itself
     except TypeError as e:  # a field the record does not take in this form

@@ -19,6 +19,9 @@ FailureClass = Literal[
 TestVerdict = Literal["passed", "failed", "errored", "skipped"]
 LanguageName = Literal["python", "c", "cpp", "rust", "java", "javascript", "sql"]
 Verdict = Literal["pass", "fail", "empty_success", "tampered", "error"]
+#: How pytest loads the interpreter's plugins (a request's ``pytest_plugins``).
+PluginLoading = Literal["auto", "none"]
+PLUGIN_LOADING: Final[tuple[PluginLoading, ...]] = ("auto", "none")
 
 REQUEST_TYPES: Final[tuple[RequestType, ...]] = (
     "build_check",

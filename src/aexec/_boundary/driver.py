@@ -28,7 +28,8 @@ boundary that fails aborts the run (exit 125) rather than run it with less.
 ``python -s driver.py --serve MODE SUPERVISOR_PID FD`` is the fork server
 (``aexec._boundary.forkserver``): one warm interpreter that has imported what a cold driver
 imports before the candidate's code anyway (``runpy``, ``subprocess``; with ``MODE``
-``pytest`` also pytest and its built-in plugins) and forks the outer process of each
+``pytest`` also pytest, its built-in plugins and the interpreter's auto-loaded plugins)
+and forks the outer process of each
 run on request. The forked child sets up exactly what a fresh
 ``python -s driver.py SPEC`` would have (fds 0-2, session, cwd, environment, argv) and
 goes on as ``main()`` — same boundary, same code; only the start-up is skipped.
@@ -704,6 +705,12 @@ def be_init(spec: Instructions) -> None:
 
 
 def preload_pytest() -> None:
+    """Import what a cold pytest run imports before the candidate's code: pytest, its
+    built-in plugins and — unless the environment turns auto-loading off, as a run's
+    would — the modules of the interpreter's plugins (entry points ``pytest11``), so
+    warm runs do not pay for them. Importing a plugin registers nothing: each run's
+    pytest still loads it itself. One that does not import is left to fail in the run,
+    as it would cold."""
     import importlib
 
     import _pytest.config
@@ -711,6 +718,31 @@ def preload_pytest() -> None:
     for name in _pytest.config.default_plugins:
         if name != "cacheprovider":  # runs disable it: a cold run never imports it
             importlib.import_module(f"_pytest.{name}")
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return
+    import importlib.metadata
+
+    # Through pytest's assertion-rewriting import hook, with the plugins' modules marked
+    # as pytest marks them: a run's pytest then finds them rewritten, as a cold run
+    # would have imported them (and warns of no "already imported" module).
+    hook: Any = None
+    try:
+        import _pytest.assertion
+
+        config = _pytest.config.get_config()
+        hook = _pytest.assertion.install_importhook(config)
+        config._mark_plugins_for_rewrite(hook, False)
+    except Exception:
+        pass  # an older pytest: its plugins are imported plainly
+    try:
+        for dist in importlib.metadata.distributions():
+            for ep in dist.entry_points:
+                if ep.group == "pytest11":
+                    with contextlib.suppress(Exception):
+                        importlib.import_module(ep.module)
+    finally:
+        if hook is not None and hook in sys.meta_path:
+            sys.meta_path.remove(hook)
 
 
 def serve(mode: str, supervisor_pid: int, fd: int) -> str:

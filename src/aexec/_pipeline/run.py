@@ -171,7 +171,9 @@ async def run_once(
         toolchain_paths = tool.paths if lang is None else (*tool.paths, *lang.paths)
         roots = tuple(import_roots(scratch.work)) if candidate.repo is not None else (scratch.work,)
         mode = "pytest" if job.runner == "pytest" else "bare"
-        server = await session.observer.server(session, tool, mode, candidate_env(scratch, tool.path))
+        autoload = candidate.pytest_plugins == "auto"
+        server_env = candidate_env(scratch, tool.path, autoload=autoload)
+        server = await session.observer.server(session, tool, mode, server_env)
         if server is not None and not server.serves(roots):
             server = None  # the repo shadows a module the server has imported: go cold
         box_facts = None
@@ -198,6 +200,7 @@ async def run_once(
             language=candidate.language,
             request_type=candidate.request_type,
             lang_tools=() if lang is None else lang.tools,
+            autoload=autoload,
         )
         the_plan = plan(facts, env)
         report = write_private(scratch, "report.jsonl", "")

@@ -169,6 +169,7 @@ class Session:
             "runner": runner,
             "tests": candidate.tests,
             "pytest_args": list(PYTEST_ARGS),
+            "pytest_plugins": candidate.pytest_plugins,
         }
         toolchain = tool.fingerprint
         if lang is not None:

@@ -11,15 +11,19 @@ from __future__ import annotations
 import anyio
 import attrs
 
+from .._boundary.forkserver import top_level_names
 from .._boundary.patch import PatchError, patch_paths
+from .._boundary.scratch import import_roots
 from .._log import get_logger
-from .._records import Candidate, ExecutionObservation
+from .._records import Candidate, EnvFault, ExecutionObservation
 from .._stages.assemble import (
     Head,
     Run,
     assemble,
+    env_fault,
     graded,
     instance_error,
+    pristine_fault,
     ran_tests,
     reconcile,
     refused,
@@ -68,6 +72,8 @@ async def _before(session: Session, job: Job, oracle: list[str]) -> dict[str, Te
         tests=job.candidate.tests,
         toolchain=job.tool.fingerprint,
         **_oracle(job),
+        plugins=job.candidate.pytest_plugins,
+        **({"command": job.candidate.command} if job.candidate.command else {}),
     )
 
     async def run() -> dict[str, TestVerdict]:
@@ -91,6 +97,7 @@ async def _unpatched(session: Session, job: Job, oracle: list[str]) -> tuple[Run
         runner=job.runner,
         toolchain=job.tool.fingerprint,
         **_oracle(job),
+        plugins=c.pytest_plugins,
     )
 
     async def run() -> tuple[Run, bool]:
@@ -177,6 +184,7 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
     tampered = tampered and (
         touches_oracle(touched, candidate.tests, config_changed) or oracle_paths_touched(touched, oracle)
     )
+    fault = None if tampered else await _env_fault(session, job, run, touched, oracle)
     obs = assemble(
         head,
         environment=with_scratch(env, run.scratch_root),
@@ -184,12 +192,33 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
         before=before,
         reverified=reverified,
         tampered=tampered,
+        fault=fault,
     )
     obs = graded(obs, candidate)
     blog.info(
         "observed", verdict=obs.verdict, failure_class=obs.failure.failure_class if obs.failure else None
     )
     return obs
+
+
+async def _env_fault(
+    session: Session, job: Job, run: Run, touched: list[str], oracle: list[str]
+) -> EnvFault | None:
+    """The environment's fault, when the run shows its selection cannot run in the
+    declared environment and the unpatched repo fails the same way (for an unpatched
+    candidate its own run is that run)."""
+    repo = job.candidate.repo
+    if job.runner != "pytest" or repo is None:
+        return None
+    names = await in_thread(lambda: top_level_names(import_roots(repo)))
+    fault = env_fault(run.evidence, run.stderr, cwd=run.cwd, touched=touched, repo_modules=names)
+    if fault is None:
+        return None
+    pristine = run
+    if job.candidate.patch is not None:
+        pristine, _ = await _unpatched(session, job, oracle)
+    found = env_fault(pristine.evidence, pristine.stderr, cwd=pristine.cwd, touched=[], repo_modules=names)
+    return pristine_fault(fault, pristine, found, job.env.timeout_s)
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

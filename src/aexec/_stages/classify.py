@@ -6,6 +6,9 @@ then says which runner executes the request, from the fields it carries.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 import attrs
 
 from .._errors import RequestError
@@ -13,7 +16,10 @@ from .._records import Candidate
 from .._types import ArtifactShape, Mode, RequestType
 from .._wire import Runner
 
-__all__ = ["Classification", "Runner", "check", "classify", "plan"]
+__all__ = ["Classification", "Runner", "check", "classify", "plan", "pytest_command"]
+
+#: A bare interpreter name, resolved on the run's PATH (the declared interpreter's first).
+_PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")
 
 
 @attrs.frozen
@@ -44,6 +50,28 @@ def classify(request_type: RequestType, artifact_shape: ArtifactShape, artifact:
     )
 
 
+def pytest_command(argv: Sequence[str] | None, python: str | None = None) -> list[str] | None:
+    """pytest's own arguments, if ``argv`` runs pytest in the declared interpreter, else None.
+
+    ``pytest …``, ``py.test …``, ``python -m pytest …`` (``python3``, ``python3.N``: the
+    run's PATH finds the declared interpreter's first) and ``PYTHON -m pytest …`` with the
+    request's own ``python`` are pytest runs: they get the pytest runner, so per-test
+    verdicts, the before-run and every guard of ``run_suite``. Anything else (another
+    interpreter's path, options before ``-m``) stays a command, judged by its exit.
+    """
+    if not argv:
+        return None
+    head = argv[0]
+    if head in ("pytest", "py.test"):
+        return list(argv[1:])
+    if (_PYTHON_NAME.fullmatch(head) or (python is not None and head == python)) and list(argv[1:3]) == [
+        "-m",
+        "pytest",
+    ]:
+        return list(argv[3:])
+    return None
+
+
 def plan(candidate: Candidate, mode: Mode) -> Runner:
     """Which runner witnesses ``candidate`` in ``mode``; raises `RequestError` if none can."""
     if mode == "test_execution":
@@ -54,14 +82,14 @@ def plan(candidate: Candidate, mode: Mode) -> Runner:
         if candidate.code is not None:
             return "compile_snippet"
         if candidate.command is not None:
-            return "command"
+            return "pytest" if pytest_command(candidate.command, candidate.python) is not None else "command"
         if candidate.repo is not None:
             return "compile_tree"
         raise RequestError("build_check needs `code`, `command` or `repo`")
     if candidate.code is not None:
         return "snippet"
     if candidate.command is not None:
-        return "command"
+        return "pytest" if pytest_command(candidate.command, candidate.python) is not None else "command"
     if candidate.repo is not None and candidate.tests:
         return "pytest"
     raise RequestError(f"{candidate.request_type} ({mode}) needs `code` or `command`")

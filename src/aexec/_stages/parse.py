@@ -174,6 +174,30 @@ def traceback_from_text(text: str, cwd: str) -> RaisedError | None:
     return None
 
 
+_COLLECT_EXC = re.compile(r"^E\s+(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)):?\s?(?P<msg>.*)$", re.M)
+
+
+def collect_error(nodeid: str, text: str) -> RaisedError | None:
+    """The exception of a collection error known only by its report's text (pytest-xdist
+    relays a worker's collection errors without raising them in the controller)."""
+    found = list(_COLLECT_EXC.finditer(text))
+    if not found:
+        return None
+    m = found[-1]
+    name = m["type"]
+    short = name.rsplit(".", 1)[-1]
+    bases = _builtin_bases(short) if "." not in name else ()
+    return RaisedError(
+        type=f"builtins.{short}" if bases else name,
+        bases=bases or (name,),
+        message=m["msg"][:MESSAGE_CAP_CHARS],
+        frames=(),
+        phase="collect",
+        nodeid=nodeid,
+        at_import=True,
+    )
+
+
 def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evidence:
     """Turn raw artifacts into structured evidence. Same input, same output."""
     errors: list[RaisedError] = []
@@ -183,9 +207,12 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
     exited = False  # the snippet raised SystemExit
     signal = raw.signal
     exit_code = raw.exit_code
+    collect_errors: dict[str, str] = {}
     for rec in raw.records:
         if rec["kind"] == "exception":
             errors.append(_error(rec, cwd, snippet))
+        elif rec["kind"] == "collect_error":
+            collect_errors.setdefault(rec["nodeid"], rec["text"])
         elif rec["kind"] == "start":
             started.append(rec["nodeid"])
         elif rec["kind"] == "test":
@@ -198,6 +225,11 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
                 signal, exit_code = rec.get("signal"), None
         elif rec["kind"] == "exit":
             exited = True
+    raised = {e.nodeid for e in errors if e.phase == "collect"}
+    for nodeid, text in collect_errors.items():
+        unraised = None if nodeid in raised else collect_error(nodeid, text)
+        if unraised is not None:
+            errors.append(unraised)
     in_flight = next((n for n in reversed(started) if n not in tests), None)
     if in_flight is not None and (raw.timed_out or pytest_exit is None):
         tests[in_flight] = "errored"  # killed (or died) while it ran

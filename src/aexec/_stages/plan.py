@@ -19,7 +19,10 @@ from .._wire import Box, Instructions, Runner, StepSpec
 from .policy import limits
 
 #: How pytest is run for every candidate: no cache provider (nothing written into the
-#: repo view), no colour; plugins are not auto-loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+#: repo view), no colour. The repo's own configuration (ini files, addopts, conftest) and
+#: the interpreter's plugins load as in a plain ``python -m pytest`` — plugins are
+#: auto-loaded unless the request says ``pytest_plugins: "none"``
+#: (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
 PYTEST_ARGS = ("-p", "no:cacheprovider", "--color=no", "-q")
 
 #: Inside the boundary these are the scratch root's tmp, not the host's.
@@ -89,6 +92,8 @@ class RunFacts:
     language: str = "python"
     request_type: str = ""
     lang_tools: tuple[tuple[str, str], ...] = ()
+    #: pytest auto-loads the interpreter's plugins (entry points), as plain pytest does.
+    autoload: bool = True
 
 
 @attrs.frozen
@@ -137,10 +142,13 @@ def modules(paths: Iterable[str], roots: Sequence[str], work: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def candidate_env(scratch: Scratch, python: str) -> dict[str, str]:
-    """The whole environment a candidate sees: declared, minimal, none of the host's."""
+def candidate_env(scratch: Scratch, python: str, *, autoload: bool = True) -> dict[str, str]:
+    """The whole environment a candidate sees: declared, minimal, none of the host's.
+
+    ``autoload=False`` (a request's ``pytest_plugins: "none"``) keeps pytest from loading
+    the interpreter's plugins by their entry points."""
     bindir = os.path.dirname(python)
-    return {
+    env = {
         "PATH": os.pathsep.join(dict.fromkeys([bindir, "/usr/local/bin", "/usr/bin", "/bin"])),
         "HOME": scratch.home,
         "USER": "aexec",
@@ -151,12 +159,24 @@ def candidate_env(scratch: Scratch, python: str) -> dict[str, str]:
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "NO_COLOR": "1",
         # glibc reserves 64 MiB of address space per thread arena; under RLIMIT_AS a
         # few threads would otherwise look like a memory cap being hit.
         "MALLOC_ARENA_MAX": "2",
     }
+    if not autoload:
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return env
+
+
+def pytest_args(facts: RunFacts) -> list[str]:
+    """What pytest is asked: aexec's fixed options, then the request's selection — or, for
+    a ``command`` that runs pytest (`pytest_command` chose the pytest runner), its own
+    pytest arguments."""
+    chosen = selection(facts.tests)
+    if facts.runner == "pytest" and facts.argv:
+        chosen = list(facts.argv[1:] if facts.argv[0] in ("pytest", "py.test") else facts.argv[3:])
+    return [*PYTEST_ARGS, f"--rootdir={facts.scratch.work}", *chosen]
 
 
 def under(path: str, dirs: Iterable[str]) -> bool:
@@ -254,11 +274,11 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "cgroups": list(facts.cgroup_procs),
         "snippet": facts.snippet,
         "argv": list(facts.argv),
-        "pytest_args": [*PYTEST_ARGS, f"--rootdir={scratch.work}", *selection(facts.tests)],
+        "pytest_args": pytest_args(facts),
         "import_modules": modules(facts.touched_sources, facts.import_roots, scratch.work),
         "steps": [],
     }
     if facts.runner == "steps":
         instructions["steps"], rlimits["RLIMIT_AS"] = lang_steps(facts, env, lim.address_space_bytes)
-    env_vars = candidate_env(scratch, facts.python)
+    env_vars = candidate_env(scratch, facts.python, autoload=facts.autoload)
     return Plan(instructions=instructions, env=tuple(sorted(env_vars.items())), report=report)
