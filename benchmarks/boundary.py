@@ -6,8 +6,9 @@ Measures, in one run, the mean wall time of one observation through aexec with e
 boundary configuration (full; without cgroups; without namespaces; neither) beside a
 bare subprocess doing the same work: ``python -c pass`` for a trivial snippet, and the
 same pytest command on a one-test repo whose test fails (so aexec runs it once; a
-passing suite is re-run by design). Each aexec configuration runs in its own process,
-because the boundary is probed once per process.
+passing suite is re-run by design). Each aexec configuration is an `aexec.Options`
+(``namespaces`` / ``cgroups`` off) and runs in its own process, because the boundary is
+probed once per process.
 """
 
 from __future__ import annotations
@@ -23,21 +24,22 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIGS = {
+#: configuration -> `aexec.Options` fields (the library reads no AEXEC_* variable).
+CONFIGS: dict[str, dict[str, bool]] = {
     "full": {},
-    "no cgroups": {"AEXEC_NO_CGROUPS": "1"},
-    "no namespaces": {"AEXEC_NO_NAMESPACES": "1"},
-    "neither": {"AEXEC_NO_NAMESPACES": "1", "AEXEC_NO_CGROUPS": "1"},
+    "no cgroups": {"cgroups": False},
+    "no namespaces": {"namespaces": False},
+    "neither": {"namespaces": False, "cgroups": False},
 }
 TEST = "def test_fails():\n    assert 1 + 1 == 3\n"
 PYTEST = ["-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q"]
 
 WORKER = """
 import json, sys, time, anyio
-from aexec import Candidate, observe
-from aexec._boundary.isolation import detect_isolation
+from aexec import Candidate, Options, observe
 
 kind, repo, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+options = Options(**json.loads(sys.argv[4]))
 
 def make(i):
     if kind == "snippet":
@@ -45,12 +47,11 @@ def make(i):
     return Candidate("run_suite", "test_subset", repo=repo, tests=["test_x.py"], id=i)
 
 async def main():
-    detect_isolation()
-    await observe(make(-1))  # warm: the toolchain probe, imports
+    await observe(make(-1), options=options)  # warm: the boundary and toolchain probes, imports
     times = []
     for i in range(runs):
         start = time.perf_counter()
-        obs = await observe(make(i))
+        obs = await observe(make(i), options=options)
         times.append(time.perf_counter() - start)
         assert obs.verdict in ("empty_success", "fail"), obs
     print(json.dumps(times))
@@ -69,10 +70,9 @@ def bare(argv: list[str], cwd: str, runs: int) -> list[float]:
     return times[1:]
 
 
-def through_aexec(kind: str, repo: str, runs: int, env: dict[str, str]) -> list[float]:
+def through_aexec(kind: str, repo: str, runs: int, options: dict[str, bool]) -> list[float]:
     done = subprocess.run(
-        [sys.executable, "-c", WORKER, kind, repo, str(runs)],
-        env={**os.environ, **env},
+        [sys.executable, "-c", WORKER, kind, repo, str(runs), json.dumps(options)],
         capture_output=True,
         text=True,
         check=True,
@@ -97,8 +97,8 @@ def main() -> None:
         row = {k: statistics.mean(v) * 1000 for k, v in base.items()}
         figures["bare subprocess"] = row
         print(f"{'bare subprocess':16}{row['snippet']:12.1f}{'':>10}{row['pytest']:12.1f}")
-        for name, env in CONFIGS.items():
-            got = {k: statistics.mean(through_aexec(k, repo, args.runs, env)) * 1000 for k in base}
+        for name, options in CONFIGS.items():
+            got = {k: statistics.mean(through_aexec(k, repo, args.runs, options)) * 1000 for k in base}
             figures[f"aexec, {name}"] = got
             over = {k: got[k] - row[k] for k in base}
             print(

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the aexec fidelity corpus (stdlib only).
+"""Build the aexec fidelity corpus (stdlib, and aexec's naive runner for the label checks).
 
     python benchmarks/build_corpus.py [--out DIR] [--verify] [--suite {default,heldout}]
 
@@ -12,7 +12,9 @@ injected where), never from aexec's output.
 ``--verify`` re-checks the raw facts behind every label with plain tools (pytest with a
 junit report in a temporary copy, ``python -c``, ``py_compile``/``compileall``), under the
 same 512 MiB address-space cap that aexec declares, and exits 1 when any label does not
-hold.
+hold. The trees, deadlines, the capped subprocess and the exception-name table are the
+naive runner's (``aexec._ab.naive``: no part of aexec's observation pipeline), so the
+label checks and the §7 baselines read a run the same way.
 
 ``--suite heldout`` builds the same kinds of cases, with the same label rules, from other
 libraries of other layouts (``HELDOUT_LIBS``: cachetools, a src layout with unittest
@@ -34,7 +36,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -47,34 +48,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aexec._ab.naive import case_timeout, class_of_exception, limited, naive_tree, rlimits, run_killable
+from aexec._types import FAILURE_ORDER
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / ".work"
-RAM_CAP_MIB = 512
 MISSING_MODULE = "aexec_missing_module_xyz"
-MODE_DEFAULT_TIMEOUT = {"build_check": 60, "run_entry": 30, "run_suite": 120, "probe": 30}
-CLASS_ORDER = [
-    "timeout",
-    "resource",
-    "syntax",
-    "compile",
-    "type",
-    "dependency",
-    "assertion",
-    "runtime",
-]
-
-# A tiny launcher: cap the address space, then exec the real argv (no preexec_fn, so it is
-# safe to use from threads).
-CAP_LAUNCHER = (
-    "import os, resource, sys\n"
-    "cap = int(sys.argv[1]) * 1024 * 1024\n"
-    "resource.setrlimit(resource.RLIMIT_AS, (cap, cap))\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
 
 
-def capped(argv: list[str], ram_mib: int = RAM_CAP_MIB) -> list[str]:
-    return [sys.executable, "-c", CAP_LAUNCHER, str(ram_mib), *argv]
+def capped(argv: list[str]) -> list[str]:
+    """``argv`` under the 512 MiB RLIMIT_AS aexec declares (an exec wrapper: thread-safe)."""
+    return limited(argv, rlimits())
 
 
 # --------------------------------------------------------------------------------------
@@ -558,22 +542,10 @@ def run_suite_junit(
             *tests,
         ]
     )
-    proc = subprocess.Popen(
-        argv,
-        cwd=tree,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=env,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+    r = run_killable(argv, tree, timeout, env, merge=True)
+    if r["timed_out"]:
         return SuiteRun(rc=None)
-    run = SuiteRun(rc=proc.returncode, output=out)
+    run = SuiteRun(rc=r["rc"], output=r["output"])
     if not junit.exists():
         return run
     root = ET.parse(junit).getroot()
@@ -608,47 +580,19 @@ def run_suite_junit(
 
 
 def collect_only(tree: Path, tests: list[str], env: dict[str, str] | None = None) -> set[str]:
-    r = subprocess.run(
-        capped(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--collect-only",
-                *tests,
-            ]
-        ),
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    return {ln.strip() for ln in r.stdout.splitlines() if "::" in ln and not ln.startswith(" ")}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", *tests]
+    r = run_killable(capped(argv), tree, 120, env)
+    if r["timed_out"]:
+        raise SystemExit(f"pytest --collect-only timed out in {tree}")
+    return {ln.strip() for ln in r["output"].splitlines() if "::" in ln and not ln.startswith(" ")}
 
 
 def tree_with_patch(repo: Path, patch: str | None, td: str) -> Path:
-    tree = Path(td) / "repo"
-    copy_tree(repo, tree)
-    if patch:
-        git_apply(tree, patch)
+    """The naive runner's tree (`naive_tree`); a patch that does not apply is fatal here."""
+    tree, rc, out = naive_tree(repo, patch, td)
+    if rc != 0:
+        raise SystemExit(f"git apply failed in {tree}: {out.strip()}")
     return tree
-
-
-def class_of_exception(name: str) -> str:
-    return {
-        "SyntaxError": "syntax",
-        "IndentationError": "syntax",
-        "TabError": "syntax",
-        "ImportError": "dependency",
-        "ModuleNotFoundError": "dependency",
-        "TypeError": "type",
-        "AssertionError": "assertion",
-        "MemoryError": "resource",
-    }.get(name, "runtime")
 
 
 def suite_class(run: SuiteRun) -> str | None:
@@ -662,7 +606,7 @@ def suite_class(run: SuiteRun) -> str | None:
     for nid, outcome in run.outcomes.items():
         if outcome in ("failed", "errored"):
             seen.add(class_of_exception(run.exceptions.get(nid, "?")))
-    for c in CLASS_ORDER:
+    for c in FAILURE_ORDER:
         if c in seen:
             return c
     return None
@@ -1018,11 +962,6 @@ def standalone_snippets() -> list[dict]:
 # --------------------------------------------------------------------------------------
 
 
-def case_timeout(case: dict) -> float:
-    pol = case.get("policy") or {}
-    return float(pol.get("timeout_s", MODE_DEFAULT_TIMEOUT[case["request_type"]]))
-
-
 def _last_exception(text: str) -> str | None:
     names = re.findall(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b", text, re.M)
     return names[-1].rsplit(".", 1)[-1] if names else None
@@ -1127,24 +1066,13 @@ def verify_case(case: dict, out: Path) -> list[str]:
             argv = list(case["command"])
         else:
             argv = [sys.executable, "-c", case["code"]]
-        proc = subprocess.Popen(
-            capped(argv),
-            cwd=tree,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            env=env,
-        )
-        try:
-            text, _ = proc.communicate(timeout=tmo + (1.5 if lab["failure_class"] == "timeout" else 0))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        extra = 1.5 if lab["failure_class"] == "timeout" else 0
+        r = run_killable(capped(argv), tree, tmo + extra, env, merge=True)
+        if r["timed_out"]:
             if lab["failure_class"] != "timeout":
                 probs.append("unexpected timeout")
             return probs
-        rc = proc.returncode
+        rc, text = r["rc"], r["output"]
         if lab["failure_class"] == "timeout":
             probs.append(f"expected a hang, exited rc={rc}")
         elif lab["verdict"] == "empty_success":

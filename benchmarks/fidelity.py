@@ -12,7 +12,7 @@
   exactness, the per-case aexec disagreements, and writes ``DIR/fidelity.json``.
 
 The baselines run every candidate under the same 512 MiB address-space cap that aexec
-declares (RLIMIT_AS, set by a tiny exec launcher), so that ``bytearray(1 << 33)`` raises
+declares (RLIMIT_AS, set by ``prlimit`` or a tiny exec launcher: ``aexec._ab.naive``), so that ``bytearray(1 << 33)`` raises
 MemoryError for them too instead of really allocating 8 GiB; nothing else is isolated.
 ``--check`` exits 1 unless aexec reaches verdict accuracy >= 0.97 and macro-F1 >= 0.97,
 strictly beats both baselines on both, and every labelled f2p set is exact.
@@ -29,9 +29,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# The naive baselines and the metrics are the §7 harness's own (``aexec ab`` uses the
-# same code), so the two reports cannot drift apart.
-from aexec._ab.harness import baseline_a, baseline_b, metrics, naive_run
+# The naive runner, the baselines and the metrics are the §7 harness's own (``aexec ab``
+# uses the same code), so the two reports cannot drift apart.
+from aexec._ab.metrics import metrics
+from aexec._ab.naive import baseline_a, baseline_b, naive_run
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS = HERE / ".work"

@@ -40,7 +40,8 @@ import py_compile
 import _pytest.config
 import pytest
 
-from throughput import DISK_MIB, OPEN_FILES, PYTEST_TRIMMED, RAM_MIB, case_timeout, naive_tree
+from aexec._ab.naive import case_timeout, naive_tree, rlimits
+from throughput import PYTEST_TRIMMED
 
 for _name in _pytest.config.default_plugins:
     try:
@@ -84,13 +85,10 @@ def run(request: dict[str, Any], work: Path, scratch: str) -> NoReturn:
     os._exit(0)
 
 
-def limit() -> None:
-    for which, value in (
-        (resource.RLIMIT_AS, RAM_MIB << 20),
-        (resource.RLIMIT_FSIZE, DISK_MIB << 20),
-        (resource.RLIMIT_NOFILE, OPEN_FILES),
-        (resource.RLIMIT_CORE, 0),
-    ):
+def limit(request: dict[str, Any]) -> None:
+    """The naive runner's rlimits (`aexec._ab.naive.rlimits`, as the driver sets them)."""
+    for name, value in rlimits(timeout_s=case_timeout(request)).items():
+        which = getattr(resource, f"RLIMIT_{name.upper()}")
         resource.setrlimit(which, (value, value))
 
 
@@ -109,7 +107,7 @@ def one(i: int, cap: float) -> tuple[int | str, float]:
             os.dup2(null, fd)
         os.setsid()
         os.chdir(work)
-        limit()
+        limit(request)
         run(request, work, scratch)
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -125,7 +123,8 @@ def one(i: int, cap: float) -> tuple[int | str, float]:
 def prepare(request: dict[str, Any], base: Path, root: Path) -> Run:
     """A run of ``request`` in a tree of its own under ``root``, as the naive runner makes it."""
     scratch = tempfile.mkdtemp(dir=root)
-    work, applied = naive_tree(request, base, scratch)
+    repo = base / request["repo"] if "repo" in request else None
+    work, applied, _ = naive_tree(repo, request.get("patch"), scratch)
     return request, work, scratch, applied
 
 

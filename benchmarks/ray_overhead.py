@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import aexec  # noqa: E402
 from aexec import Candidate, ExecutionObservation, observe_many, observe_many_ray  # noqa: E402
-from aexec._cli import read_cases  # noqa: E402
+from throughput import read_candidates  # noqa: E402
 
 PYTEST_TIME = re.compile(r"\bin \d+\.\d+s\b")
 ADDRESS = re.compile(r"\b0?x[0-9a-f]{6,}\b")
@@ -121,7 +121,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 "added_s": round(ra - lo, 4),
                 "ratio": round(ra / lo, 2),
             }
-        cases = read_cases(args.cases) + snippets(args.snippets, "batch")
+        cases = read_candidates(args.cases) + snippets(args.snippets, "batch")
         n = len(cases)
         local_walls, ray_walls, differ, locals_ = [], [], [], []
         for r in range(args.repeat):

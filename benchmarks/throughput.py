@@ -17,7 +17,10 @@ MISS):
    a confirming re-run of every pass, the whole boundary. Beside them, the *floor*
    (``benchmarks/floor.py``): the runs aexec made, each forked from a warm pytest on
    every core, with trees prepared beforehand and nothing else, bounds the ratio any
-   observer that makes those runs can reach on this corpus.
+   observer that makes those runs can reach on this corpus. Also: the same cases through
+   ``observe_many`` in this process with ``Options(forkserver=False)`` (every run a fresh
+   interpreter), whose counting ``Supervisor`` counts the processes aexec runs. The
+   naive runner is ``aexec._ab.naive`` (the §7 baselines' own), with the driver's rlimits.
 2. **Warm cache** — the same ``aexec observe`` again on the same cache dir: cold / warm.
 3. **Per-observation overhead** — a trivial snippet (``pass``) through ``aexec.observe``
    (sequential, no cache) vs a bare ``python -s -c pass`` under the same rlimits
@@ -54,8 +57,6 @@ import math
 import os
 import resource
 import shlex
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -69,19 +70,27 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import attrs
 import structlog
 
-from aexec import Candidate, Policy, observe, observe_many
+from aexec import (
+    Candidate,
+    Invocation,
+    LocalSupervisor,
+    Options,
+    Policy,
+    RawRun,
+    candidate_from_json,
+    dumps,
+    observe,
+    observe_many,
+)
+from aexec._ab.naive import limited, naive_run, rlimits, run_killable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_CORPUS = HERE / ".work"
 CORES = os.cpu_count() or 1
-#: aexec's declared defaults (``aexec._types``), which the bare and naive runs get too.
-RAM_MIB = 512
-DISK_MIB = 512
-OPEN_FILES = 1024
-MODE_TIMEOUT = {"build_check": 60.0, "run_entry": 30.0, "run_suite": 120.0, "probe": 30.0}
 #: The pytest command aexec's driver runs (``aexec._api.PYTEST_ARGS``), plugins not auto-loaded.
 PYTEST_TRIMMED = ["-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q"]
 FAILING_TEST = "def test_fails():\n    assert 1 + 1 == 3\n"
@@ -118,13 +127,8 @@ def quiet_aexec() -> None:
 
 
 def default_limit() -> str:
-    """observe_many's default concurrency, as the code under measurement has it."""
-    import aexec._api as api
-
-    per_core = getattr(api, "WAITING_RUNS_PER_CORE", None)
-    if per_core:
-        return f"default: {per_core * CORES} runs, {CORES} busy"
-    return f"default: {CORES} runs"
+    """observe_many's default concurrency (its own, not set here)."""
+    return f"default: observe_many's own on {CORES} cores"
 
 
 def src_fingerprint() -> str:
@@ -139,48 +143,6 @@ def src_fingerprint() -> str:
 
 def load1() -> float:
     return round(os.getloadavg()[0], 2)
-
-
-def prlimit(timeout_s: float, ram_mib: int = RAM_MIB) -> list[str]:
-    """The rlimits aexec's driver sets (RLIMIT_AS, CPU backstop, FSIZE, NOFILE, CORE), via
-    ``prlimit`` (an exec wrapper: safe from threads, unlike ``preexec_fn``)."""
-    cpu = math.ceil(timeout_s + 2.0)
-    return [
-        "prlimit",
-        f"--as={ram_mib << 20}",
-        f"--cpu={cpu}",
-        f"--fsize={min(1 << 30, DISK_MIB << 20)}",
-        f"--nofile={OPEN_FILES}",
-        "--core=0",
-        "--",
-    ]
-
-
-def run_killable(argv: list[str], cwd: str, timeout: float, env: dict[str, str] | None = None) -> dict:
-    """One process in a new session, killed by process group at its deadline."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        timed_out = True
-    return {
-        "rc": proc.returncode,
-        "timed_out": timed_out,
-        "duration": time.perf_counter() - t0,
-        "out_bytes": len(out) + len(err),
-    }
 
 
 def proc_stat() -> tuple[int, int]:
@@ -259,60 +221,17 @@ def run_floor(cases_path: Path, reruns: list[str]) -> dict:
     return dict(json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout))
 
 
-def case_timeout(request: dict) -> float:
-    pol = request.get("policy") or {}
-    return float(pol.get("timeout_s", MODE_TIMEOUT[request["request_type"]]))
-
-
-def naive_tree(request: dict, base: Path, td: str) -> tuple[Path, int]:
-    """The naive runner's tree for ``request`` in ``td``: a copy of its repo with the patch
-    ``git apply``'d (an empty dir without a repo), and git's exit status (0: applied)."""
-    if "repo" not in request:
-        work = Path(td) / "scratch"
-        work.mkdir()
-        return work, 0
-    work = Path(td) / "repo"
-    shutil.copytree(base / request["repo"], work, symlinks=True)
-    if not request.get("patch"):
-        return work, 0
-    pf = Path(td) / "candidate.patch"
-    pf.write_text(request["patch"])
-    genv = dict(os.environ, GIT_CEILING_DIRECTORIES=td)
-    return work, subprocess.run(
-        ["git", "apply", "-p1", str(pf)], cwd=work, capture_output=True, env=genv
-    ).returncode
-
-
 def naive_case(request: dict, base: Path, env: dict[str, str] | None = None) -> dict:
-    """A request the naive way: a copy of the repo, ``git apply``, one bare subprocess of
-    pytest (``-q -p no:cacheprovider``, plugins as the environment has them) or python,
-    under the same rlimits as aexec; nothing else is isolated, nothing re-run."""
-    tmo = case_timeout(request)
-    ram = int((request.get("policy") or {}).get("ram_mib", RAM_MIB))
-    with tempfile.TemporaryDirectory(prefix="aexec-naive-") as td:
-        work, rc = naive_tree(request, base, td)
-        if rc != 0:
-            return {"rc": rc, "timed_out": False, "duration": 0.0, "out_bytes": 0}
-        rt, shape = request["request_type"], request["artifact_shape"]
-        if shape == "command":
-            argv = list(request["command"])
-        elif rt == "run_suite":
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *request.get("tests", [])]
-        elif rt == "build_check":
-            if "code" in request:
-                f = Path(td) / "candidate.py"
-                f.write_text(request["code"])
-                argv = [sys.executable, "-m", "py_compile", str(f)]
-            else:
-                argv = [sys.executable, "-m", "compileall", "-q", "."]
-        else:
-            argv = [sys.executable, "-c", request["code"]]
-        return run_killable(prlimit(tmo, ram) + argv, str(work), tmo, env)
+    """A request the naive way (`aexec._ab.naive.naive_run`: a copy of the repo, ``git
+    apply``, one bare subprocess of pytest ``-q -p no:cacheprovider``, plugins as the
+    environment has them, or python), under the rlimits aexec's driver sets; nothing
+    else is isolated, nothing re-run."""
+    return naive_run(request, base, env=env, driver_limits=True)
 
 
 def naive_snippet(code: str, timeout: float = 30.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="aexec-naive-") as td:
-        return run_killable(prlimit(timeout) + [sys.executable, "-c", code], td, timeout)
+        return run_killable(limited([sys.executable, "-c", code], rlimits(timeout_s=timeout)), td, timeout)
 
 
 def run_sequential(fn: Callable[[Any], dict], items: list) -> tuple[float, list[dict]]:
@@ -471,22 +390,47 @@ def same_run(a: dict, b: dict) -> bool:
     return bool(behaviour(a) == behaviour(b))
 
 
-def processes_run(cases: list[dict], observations: list[dict]) -> int:
-    """How many candidate processes aexec ran, derived from its observations: one per
-    observation it did not share, one more per confirming re-run, one per distinct
-    (repo, tests, policy) before-run of a patched suite that no unpatched suite ran."""
-    main = sum(1 for o in observations if not o.get("cache_hit") and o.get("verdict") != "error")
-    reruns = sum(1 for o in observations if (o.get("flags") or {}).get("reverified"))
-    reruns += sum(1 for o in observations if (o.get("flags") or {}).get("nondeterministic"))
+NO_FORKSERVER = "aexec observe_many, no fork server (in-process)"
 
-    def suites(patched: bool) -> set[tuple[str, ...]]:
-        return {
-            (c["repo"], json.dumps(c.get("policy"), sort_keys=True), *(c.get("tests") or ()))
-            for c in cases
-            if c["request_type"] == "run_suite" and bool(c.get("patch")) == patched
-        }
 
-    return main + reruns + len(suites(patched=True) - suites(patched=False))
+class CountingSupervisor:
+    """`aexec.LocalSupervisor`, counting what it runs: one invocation per process aexec
+    starts for a candidate (main runs, before-runs, confirming re-runs)."""
+
+    def __init__(self) -> None:
+        self.inner = LocalSupervisor()
+        self.runs = 0
+
+    async def execute(self, invocation: Invocation) -> RawRun:
+        self.runs += 1
+        return await self.inner.execute(invocation)
+
+
+def read_candidates(cases_path: str | Path) -> list[Candidate]:
+    """A cases file's requests as candidates, repos relative to the file (as ``aexec
+    observe`` reads them; other fields, e.g. ``label``, ignored)."""
+    path = Path(os.path.abspath(cases_path))
+    cands = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            cand, _ = candidate_from_json(json.loads(line))
+            if cand.repo is not None:
+                cand = attrs.evolve(cand, repo=os.path.normpath(path.parent / cand.repo))
+            cands.append(cand)
+    return cands
+
+
+def aexec_counted(cases_path: Path, options: Options) -> dict:
+    """The cases file through ``observe_many`` in this process with ``options``, counting
+    the runs."""
+    cands = read_candidates(cases_path)
+    counter = CountingSupervisor()
+    t0 = time.perf_counter()
+    got = anyio.run(functools.partial(observe_many, cands, options=options, supervisor=counter))
+    wall = time.perf_counter() - t0
+    note_errors(got)
+    obs = [json.loads(dumps(o)) for o in got]
+    return {"wall_s": wall, "rc": 0, "stderr_tail": "", "observations": obs, "runs": counter.runs}
 
 
 def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
@@ -506,10 +450,10 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         log(f"aexec cold: {cold['wall_s']:.1f}s rc={cold['rc']}")
         warm = aexec_cli(cmd, cases_path, Path(td) / "warm.jsonl", cache)
         log(f"aexec warm: {warm['wall_s']:.2f}s rc={warm['rc']}")
-        # The fork-server lever: the same cold run, every run a fresh interpreter.
-        no_fs = dict(os.environ, AEXEC_NO_FORKSERVER="1")
-        unforked, meters["aexec observe, no fork server"] = metered(
-            lambda: aexec_cli(cmd, cases_path, Path(td) / "unforked.jsonl", Path(td) / "cache2", no_fs)
+        # The fork-server lever: the same cold run, every run a fresh interpreter; in this
+        # process, so that a counting supervisor sees every run aexec makes.
+        unforked, meters[NO_FORKSERVER] = metered(
+            lambda: aexec_counted(cases_path, Options(forkserver=False, cache_dir=str(Path(td) / "cache2")))
         )
         log(f"aexec cold, no fork server: {unforked['wall_s']:.1f}s rc={unforked['rc']}")
     for name, run in (("cold", cold), ("warm", warm), ("no fork server", unforked)):
@@ -536,14 +480,14 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
     ]
     same_unforked = n - len(differing)
     warm_hits = sum(1 for o in warm["observations"] if o.get("cache_hit"))
-    procs = processes_run(cases, obs)
+    procs = unforked["runs"]
     fig["aexec_cold"] = {
         "wall_s": cold["wall_s"],
         "rc": cold["rc"],
         "observations": len(obs),
         "errors": sum(o.get("verdict") == "error" for o in obs),
         "label_agreement": agree,
-        "processes_derived": procs,
+        "processes_counted_unforked": procs,
         "reverified": sum(bool((o.get("flags") or {}).get("reverified")) for o in obs),
         "stderr_tail": cold["stderr_tail"] if cold["rc"] else "",
     }
@@ -601,7 +545,7 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
     print(f"    {'runner':<44}{'wall s':>9}{'cases/s':>9}{'vs aexec':>10}{'others CPU':>12}")
     rows = [
         ("aexec observe (fresh --cache-dir)", a),
-        ("aexec observe, no fork server", unforked["wall_s"]),
+        (NO_FORKSERVER, unforked["wall_s"]),
         ("naive sequential", seq_wall),
         (f"naive concurrent ({CORES} threads)", conc_wall),
     ]
@@ -622,7 +566,7 @@ def fig_corpus(rep: Report, args: argparse.Namespace) -> None:
         f"on {CORES} cores, {packed:.1f}s): the most goal 1's ratio can be here"
     )
     print(
-        f"    aexec ran ≈{procs} processes for {n} cases (before-runs, {fig['aexec_cold']['reverified']} "
+        f"    aexec ran {procs} processes for {n} cases (counted on the no-fork-server run) (before-runs, {fig['aexec_cold']['reverified']} "
         f"confirming re-runs), the naive runners {n}; aexec agrees with the labels on {agree}/{n}, "
         f"errors: {fig['aexec_cold']['errors']}"
     )
@@ -732,7 +676,8 @@ def fig_overhead(rep: Report, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="aexec-throughput-") as td:
         # trivial snippet
         ax, bare = interleaved(
-            snippets(n, "overhead"), (prlimit(30.0) + [sys.executable, "-s", "-c", "pass"], td, bare_env)
+            snippets(n, "overhead"),
+            (limited([sys.executable, "-s", "-c", "pass"], rlimits(timeout_s=30.0)), td, bare_env),
         )
         fig["snippet"] = {"aexec": stats_ms(ax), "bare": stats_ms(bare)}
         # one-test pytest repos
@@ -742,7 +687,7 @@ def fig_overhead(rep: Report, args: argparse.Namespace) -> None:
             repos[name].mkdir()
             (repos[name] / "test_x.py").write_text(text)
         trimmed_env = dict(bare_env, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-        cmd = prlimit(120.0) + [sys.executable, "-s", *PYTEST_TRIMMED, "test_x.py"]
+        cmd = limited([sys.executable, "-s", *PYTEST_TRIMMED, "test_x.py"], rlimits(timeout_s=120.0))
         plain = [sys.executable, "-m", "pytest", "-q", "test_x.py"]
 
         def suite(name: str, k: int) -> list[Candidate]:

@@ -13,16 +13,11 @@ from typing import Any
 import pytest
 
 from aexec import RequestError, ScriptedProber
-from aexec._ab.harness import (
-    Label,
-    guess_class,
-    load_corpus,
-    load_selection,
-    metrics,
-    parse_label,
-    selection_success,
-    verdict_of,
-)
+from aexec._ab.corpus import Label, load_corpus, load_selection, parse_label
+from aexec._ab.harness import selection_success
+from aexec._ab.metrics import metrics
+from aexec._ab.naive import guess_class
+from aexec._ab.report import verdict_of
 
 from .conftest import EXAMPLES, diff
 

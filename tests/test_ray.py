@@ -30,7 +30,7 @@ import structlog.testing
 
 import aexec
 from aexec import Candidate, ExecutionObservation, observe_many, observe_many_ray
-from aexec._scaleout.ray import NODE_CACHE_ENV, pack_repo
+from aexec._scaleout.ray import pack_repo
 
 from .conftest import MakeRepo, diff, live_pids_with
 
@@ -138,7 +138,7 @@ _local: dict[str, Path] = {}
 @pytest.fixture
 def ray_local(ray_env: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A one-node Ray with 2 CPUs, started by this test run (once, shared by the tests
-    that ask for it); returns the node's repository cache directory."""
+    that ask for it); returns a repository cache directory for the tests' ``node_cache``."""
     import ray
 
     if "cache" not in _local or not ray.is_initialized():
@@ -149,7 +149,6 @@ def ray_local(ray_env: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
             num_cpus=2,
             include_dashboard=False,
             _node_ip_address=HEAD_IP,
-            runtime_env={"env_vars": {NODE_CACHE_ENV: str(cache)}},
         )
         _local["cache"] = cache
     return _local["cache"]
@@ -172,8 +171,9 @@ def _free_port(host: str) -> int:
 
 @attrs.frozen
 class Cluster:
-    #: Each node's repository cache, by the node's IP.
-    caches: dict[str, Path]
+    #: The nodes' repository cache (``node_cache``): one machine, so one directory
+    #: that both nodes unpack into under its file lock.
+    cache: Path
     #: The ``ray start --block`` process of each node, by its IP (its process group
     #: holds the node: raylet, workers, and on the head the GCS).
     procs: dict[str, subprocess.Popen[bytes]]
@@ -197,11 +197,11 @@ def ray_cluster(tmp: Path) -> Iterator[Cluster]:
         HEAD_IP: ["--head", f"--port={port}", "--include-dashboard=false"],
         SECOND_IP: [f"--address={HEAD_IP}:{port}"],
     }
-    cluster = Cluster(caches={ip: tmp / f"node-{ip}" for ip in commands}, procs={})
+    cluster = Cluster(cache=tmp / "node-cache", procs={})
     try:
         for ip, args in commands.items():
             log = tmp / f"ray-{ip}.log"
-            env = {**os.environ, **RAY_ENV, NODE_CACHE_ENV: str(cluster.caches[ip])}
+            env = {**os.environ, **RAY_ENV}
             with open(log, "wb") as out:
                 cluster.procs[ip] = subprocess.Popen(
                     [ray_bin, "start", *args, f"--node-ip-address={ip}", *common],
@@ -301,7 +301,9 @@ async def test_ray_gives_the_local_observations(ray_local: Path, shop: Path, mak
     local = await observe_many(cands)
     seen: dict[int, ExecutionObservation] = {}
     with structlog.testing.capture_logs() as logs:
-        remote = await observe_many_ray(cands, max_in_flight=2, on_observation=seen.__setitem__)
+        remote = await observe_many_ray(
+            cands, max_in_flight=2, on_observation=seen.__setitem__, node_cache=str(ray_local)
+        )
     assert [o.id for o in remote] == [c.id for c in cands]
     assert_same(remote, local)
     assert sorted(seen) == list(range(len(cands))) and [seen[i] for i in range(len(cands))] == remote
@@ -322,7 +324,7 @@ async def test_ray_gives_the_local_observations(ray_local: Path, shop: Path, mak
     assert {p.name for p in ray_local.iterdir() if not p.name.startswith(".")} == keys
     # Run it again: the node already holds every repo.
     with structlog.testing.capture_logs() as logs:
-        again = await observe_many_ray(cands[:2])
+        again = await observe_many_ray(cands[:2], node_cache=str(ray_local))
     assert not any(e["unpacked"] for e in _events(logs, "ray_observed"))
     assert_same(again, local[:2])
 
@@ -388,7 +390,7 @@ async def test_two_nodes_on_loopback_same_observations_and_a_lost_node_is_retrie
     lost_tree: list[int] = []
     with ray_cluster(tmp_path) as cluster:
         with structlog.testing.capture_logs() as logs:
-            remote = await observe_many_ray(cands)
+            remote = await observe_many_ray(cands, node_cache=str(cluster.cache))
         assert_same(remote, local)
         observed = _events(logs, "ray_observed")
         nodes = {e["node"] for e in observed}
@@ -396,12 +398,9 @@ async def test_two_nodes_on_loopback_same_observations_and_a_lost_node_is_retrie
         for node in nodes:
             unpacked = [e["repo_key"] for e in observed if e["node"] == node and e["unpacked"]]
             assert len(unpacked) == len(set(unpacked)), "a repo was unpacked twice on one node"
-        held = {
-            ip: {p.name for p in d.iterdir() if not p.name.startswith(".")}
-            for ip, d in cluster.caches.items()
-        }
-        assert set().union(*held.values()) == {e["repo_key"] for e in observed if e["repo_key"]}
-        assert sum(map(len, held.values())) == sum(e["unpacked"] for e in observed)
+        held = {p.name for p in cluster.cache.iterdir() if not p.name.startswith(".")}
+        assert held == {e["repo_key"] for e in observed if e["repo_key"]}
+        assert len(held) == sum(e["unpacked"] for e in observed), "a repo was unpacked twice"
 
         # Lose the second node (every process of it) while it runs a candidate. Ray may
         # place both sleepers on the head, one after the other: then nothing was lost,

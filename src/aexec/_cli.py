@@ -158,9 +158,9 @@ async def _observe_all(
         )
     executor = None
     if args.ray is not None:
-        from ._scaleout.ray import RayExecutor
+        from ._scaleout.ray import NODE_CACHE_ENV, RayExecutor
 
-        executor = RayExecutor(address=args.ray)
+        executor = RayExecutor(address=args.ray, node_cache=os.environ.get(NODE_CACHE_ENV) or None)
     options = Options.from_env(limit=args.jobs, cache_dir=cache_dir)
     if progress is None:
         return await observe_many(cases, options=options, on_observation=writer.put, executor=executor)
@@ -200,7 +200,8 @@ def _parser() -> argparse.ArgumentParser:
         "--ray",
         metavar="ADDRESS",
         default=None,
-        help="observe on a Ray cluster (needs aexec[ray]): local (start one here), auto, HOST:PORT or ray://HOST:10001",
+        help="observe on a Ray cluster (needs aexec[ray]): local (start one here), auto, HOST:PORT or ray://HOST:10001;"
+        " each node unpacks repositories into $AEXEC_RAY_NODE_CACHE (default <tmp>/aexec-ray-repos)",
     )
     _more_commands(sub)
     return p
@@ -411,7 +412,9 @@ def _discriminate_main(args: argparse.Namespace) -> int:
 def _ab_main(args: argparse.Namespace) -> int:
     import functools
 
-    from ._ab.harness import MECHANISMS, load_corpus, render, run_ab
+    from ._ab.corpus import load_corpus
+    from ._ab.harness import MECHANISMS, run_ab
+    from ._ab.report import render
     from ._discrimination.probe import prober_from_env
 
     if _bad_jobs(args):
@@ -428,6 +431,7 @@ def _ab_main(args: argparse.Namespace) -> int:
         run_ab,
         corpus,
         jobs=args.jobs,
+        options=Options.from_env(),
         ablate=ablate,
         out_dir=out_dir,
         prober=prober,

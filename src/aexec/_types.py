@@ -6,7 +6,7 @@ in one place and the rest of the code refers to it by name.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from ._wire import MESSAGE_CAP
 
@@ -40,6 +40,8 @@ ARTIFACT_SHAPES: Final[tuple[ArtifactShape, ...]] = (
 
 LANGUAGE_NAMES: Final[tuple[LanguageName, ...]] = ("python", "c", "cpp", "rust", "java", "javascript", "sql")
 
+#: The failure-class vocabulary in the spec's order (§3.5): the order tables print it in.
+FAILURE_CLASSES: Final[tuple[FailureClass, ...]] = get_args(FailureClass)
 #: The spec's first-true order (§3.5, and the contract's "rules a scorer relies on").
 FAILURE_ORDER: Final[tuple[FailureClass, ...]] = (
     "timeout",

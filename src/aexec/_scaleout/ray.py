@@ -18,7 +18,8 @@ What the driver does around that:
   the cluster's CPUs), so a million candidates never become a million tasks.
 * **repositories once per node** — each repository is packed once into a
   content-addressed archive, ``ray.put`` once, and unpacked once per node into
-  ``$AEXEC_RAY_NODE_CACHE`` (default ``<tmp>/aexec-ray-repos``); candidates run on that
+  ``node_cache`` (a path on the workers; default ``<the node's tmp>/aexec-ray-repos``;
+  the CLI takes it from ``$AEXEC_RAY_NODE_CACHE``); candidates run on that
   node-local copy. Nothing in an observation names the repository's path, so the
   records stay comparable.
 * **retries** — a task lost with its worker process or node is submitted again (at most
@@ -83,7 +84,7 @@ CANCEL_POLL_S = 0.1
 #: After ``ray.cancel``, how long the driver waits for the remote aexec to kill its
 #: candidates and remove their scratch roots before it re-raises anyway.
 CANCEL_WAIT_S = 30.0
-#: Where a node unpacks repository archives (an environment variable of the node).
+#: The CLI's ``node_cache`` (only the CLI reads it, on the driver).
 NODE_CACHE_ENV = "AEXEC_RAY_NODE_CACHE"
 #: gzip level of repository archives: source compresses well even at the cheapest level.
 ARCHIVE_GZIP_LEVEL = 1
@@ -142,8 +143,10 @@ def pack_repo(repo: str) -> tuple[str, bytes]:
     return h.hexdigest(), gzip.compress(raw.getvalue(), compresslevel=ARCHIVE_GZIP_LEVEL, mtime=0)
 
 
-def node_cache_dir() -> str:
-    return os.environ.get(NODE_CACHE_ENV) or os.path.join(tempfile.gettempdir(), "aexec-ray-repos")
+def node_cache_dir(node_cache: str | None = None) -> str:
+    """Where this node unpacks repository archives: ``node_cache``, else its tmp's
+    ``aexec-ray-repos``."""
+    return node_cache or os.path.join(tempfile.gettempdir(), "aexec-ray-repos")
 
 
 def node_repo(key: str, fetch: Callable[[], bytes], root: str) -> tuple[str, bool]:
@@ -237,6 +240,7 @@ def _task(
     cache_dir: str | None,
     version: str,
     driver_python: str,
+    node_cache: str | None = None,
 ) -> dict[str, Any]:
     """The body of one Ray task. ``archive`` is ``[ObjectRef]``: nested, so Ray does not
     fetch it unless this node has yet to unpack it."""
@@ -246,7 +250,7 @@ def _task(
     _quiet_worker_logs()
     unpacked = False
     if archive is not None and repo_key is not None:
-        repo, unpacked = node_repo(repo_key, lambda: ray.get(archive[0]), node_cache_dir())
+        repo, unpacked = node_repo(repo_key, lambda: ray.get(archive[0]), node_cache_dir(node_cache))
         candidate = attrs.evolve(candidate, repo=repo)
     if candidate.python is None:
         candidate = attrs.evolve(candidate, python=_driver_python(driver_python))
@@ -363,6 +367,7 @@ async def observe_many_ray(
     max_in_flight: int | None = None,
     max_retries: int = DEFAULT_RAY_RETRIES,
     on_observation: Callable[[int, ExecutionObservation], None] | None = None,
+    node_cache: str | None = None,
 ) -> list[ExecutionObservation]:
     """``observe_many`` on a Ray cluster: the same observations, in input order.
 
@@ -371,7 +376,9 @@ async def observe_many_ray(
     not used); ``"ray://head:10001"`` reaches a remote
     cluster (e.g. KubeRay) through Ray Client, ``None`` follows ``RAY_ADDRESS`` or starts a
     local Ray. Every worker needs the same aexec version (checked), ``git``, and any
-    interpreter a candidate names in ``python``. ``cache_dir`` is a path on the workers.
+    interpreter a candidate names in ``python``. ``cache_dir`` is a path on the workers;
+    so is ``node_cache``, where each node unpacks repository archives (default: the
+    node's ``<tmp>/aexec-ray-repos``).
 
     Every candidate is checked on the driver before anything is submitted; a malformed
     one raises `RequestError` naming its index. Identical candidates are observed once.
@@ -435,7 +442,7 @@ async def observe_many_ray(
         rk = repo_key_of(c)
         job.attempts += 1
         ref = remote.options(name=f"aexec:{c.id}", **_resources(c)).remote(
-            c, None if rk is None else [archives[rk]], rk, cache_dir, VERSION, sys.executable
+            c, None if rk is None else [archives[rk]], rk, cache_dir, VERSION, sys.executable, node_cache
         )
         pending[ref] = job
         log.debug(
@@ -512,6 +519,9 @@ class RayExecutor:
     address: str | None = None
     max_in_flight: int | None = None
     max_retries: int = DEFAULT_RAY_RETRIES
+    #: Where each node unpacks repository archives (a path on the workers; None: the
+    #: node's ``<tmp>/aexec-ray-repos``).
+    node_cache: str | None = None
 
     async def observe_many(
         self,
@@ -533,4 +543,5 @@ class RayExecutor:
             max_in_flight=self.max_in_flight if self.max_in_flight is not None else limit,
             max_retries=self.max_retries,
             on_observation=on_observation,
+            node_cache=self.node_cache,
         )
