@@ -35,6 +35,12 @@ from ._serde import candidate as candidate_from_json
 STDIO = "-"
 
 
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/aexec`` (``~/.cache/aexec``): the command line's default."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "aexec")
+
+
 def _read_bytes(path: str) -> bytes:
     if path == STDIO:
         return sys.stdin.buffer.read()
