@@ -176,7 +176,10 @@ async def test_the_jvm_runs_under_the_memory_cap_and_hits_it() -> None:
 
 async def test_a_language_request_is_checked_up_front() -> None:
     with pytest.raises(RequestError, match="language 'rust' answers build_check and run_entry of a snippet"):
-        await observe(Candidate("run_suite", "test_subset", repo=".", tests=["x"], language="rust"))
+        await observe(Candidate("run_suite", "test_subset", tests=["x"], language="rust"))
+    # run_suite of a repo is a suite (tests/test_languages_suite.py), for the languages with a runner
+    with pytest.raises(RequestError, match="run_suite runs rust, javascript, c, cpp suites, not sql"):
+        await observe(Candidate("run_suite", "test_subset", repo=".", tests=["x"], language="sql"))
     with pytest.raises(RequestError, match="`python` is for Python requests only"):
         await observe(Candidate("run_entry", "snippet", code="x", language="c", python="python3"))
     with pytest.raises(RequestError, match="a snippet needs `code`"):

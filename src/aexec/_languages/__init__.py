@@ -19,10 +19,10 @@ missing one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-from . import cfamily, java, javascript, rust, sql
+from . import cargo, cfamily, ctest, java, javascript, nodetest, rust, sql
 from ._common import (
     LANG_REQUEST_TYPES,
     LANGUAGES,
@@ -34,11 +34,21 @@ from ._common import (
     StepOutput,
     first_line,
 )
+from .suite import (
+    SUITE_LANGUAGES,
+    SUITE_TOOLS,
+    SuiteEvidence,
+    is_test_file,
+    oracle_text,
+    split,
+)
 
 __all__ = [
     "LANGUAGES",
     "LANG_REQUEST_TYPES",
     "OWN_PREFIX",
+    "SUITE_LANGUAGES",
+    "SUITE_TOOLS",
     "TOOLS",
     "LangFinding",
     "LangRequestType",
@@ -46,14 +56,22 @@ __all__ = [
     "LanguageEvidence",
     "Step",
     "StepOutput",
+    "SuiteEvidence",
     "census",
+    "is_test_file",
+    "oracle_text",
     "own_files",
     "parse",
+    "parse_suite",
     "parse_version",
     "pipeline_steps",
     "pipeline_support_files",
     "source_name",
+    "split",
     "steps",
+    "suite_own_files",
+    "suite_steps",
+    "suite_support_files",
     "support_files",
     "version_argv",
 ]
@@ -177,8 +195,12 @@ def parse(
 OWN_PREFIX: Final = ".aexec"
 
 
-def pipeline_support_files(language: Language, request_type: LangRequestType, code: str) -> dict[str, str]:
-    """`support_files`, and for a ``sql`` run the table census script (`sql.with_census`)."""
+def pipeline_support_files(language: Language, request_type: str, code: str) -> dict[str, str]:
+    """`support_files`, and for a ``sql`` run the table census script (`sql.with_census`);
+    for ``run_suite``, `suite_support_files`."""
+    if request_type == "run_suite":
+        return suite_support_files(language)
+    assert request_type in LANG_REQUEST_TYPES
     files = support_files(language, request_type, code)
     if language == "sql" and request_type == "run_entry":
         files[sql.CENSUS_FILE] = sql.CENSUS_SCRIPT
@@ -187,17 +209,83 @@ def pipeline_support_files(language: Language, request_type: LangRequestType, co
 
 def pipeline_steps(
     language: Language,
-    request_type: LangRequestType,
+    request_type: str,
     scratch: str,
     *,
     tools: Mapping[str, str] | None = None,
     ram_mib: int | None = None,
+    home: str | None = None,
+    tests: Sequence[str] | None = None,
 ) -> tuple[Step, ...]:
-    """`steps`, with a ``sql`` run reading the table census after the script."""
+    """`steps`, with a ``sql`` run reading the table census after the script; for
+    ``run_suite``, `suite_steps` (``scratch`` is the repo's view, ``home`` the scratch home)."""
+    if request_type == "run_suite":
+        return suite_steps(language, scratch, home or scratch, tests, tools=tools)
+    assert request_type in LANG_REQUEST_TYPES
     planned = steps(language, request_type, scratch, tools=tools, ram_mib=ram_mib)
     if language == "sql" and request_type == "run_entry":
         return tuple(sql.with_census(s) if s.runs_candidate else s for s in planned)
     return planned
+
+
+# ---- test suites (run_suite with a repo): aexec._languages.suite ---------------------------
+
+
+def _check_suite(language: str) -> None:
+    if language not in SUITE_LANGUAGES:
+        raise ValueError(f"run_suite answers {', '.join(SUITE_LANGUAGES)} (and python), not {language!r}")
+
+
+def suite_steps(
+    language: Language,
+    work: str,
+    home: str,
+    tests: Sequence[str] | None,
+    *,
+    tools: Mapping[str, str] | None = None,
+) -> tuple[Step, ...]:
+    """The steps that run ``tests`` (None: the whole suite; empty: none) of the project in
+    ``work``; caches and build trees go under ``home`` (the scratch home)."""
+    _check_suite(language)
+    if language == "rust":
+        return cargo.steps(work, home, tests, tools)
+    if language == "javascript":
+        return nodetest.steps(work, tests, tools)
+    return ctest.steps(work, home, tests, tools)
+
+
+def suite_support_files(language: Language) -> dict[str, str]:
+    """Files a suite's steps need in the repo's view (aexec's own, `OWN_PREFIX`)."""
+    _check_suite(language)
+    return nodetest.support_files() if language == "javascript" else {}
+
+
+def suite_own_files(language: Language) -> tuple[str, ...]:
+    """What a suite's steps write under the scratch home (relative; directories end in ``/``)."""
+    if language == "rust":
+        return (cargo.CARGO_HOME + "/", cargo.TARGET_DIR + "/")
+    if language in ("c", "cpp"):
+        return (ctest.BUILD_DIR + "/", ctest.JUNIT_FILE)
+    return ()
+
+
+def parse_suite(
+    language: Language,
+    outputs: tuple[StepOutput, ...] | list[StepOutput],
+    work: str,
+    tests: Sequence[str] | None,
+    *,
+    timeout_s: float | None = None,
+) -> SuiteEvidence:
+    """The per-test verdicts (of the selection) and findings of a suite's steps. Pure."""
+    _check_suite(language)
+    outs = tuple(outputs)
+    if language == "rust":
+        return cargo.parse(outs, work, tests, timeout_s)
+    if language == "javascript":
+        return nodetest.parse(outs, work, tests, timeout_s)
+    assert language in ("c", "cpp")
+    return ctest.parse(language, outs, work, tests, timeout_s)
 
 
 def census(text: str | None) -> tuple[tuple[str, int, str], ...]:

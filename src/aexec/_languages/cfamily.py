@@ -189,6 +189,12 @@ def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     return found
 
 
+#: For a project's suite (`ctest`): the same readings of GCC, ld and the program.
+diag_class = _diag_class
+link_findings = _link_findings
+run_findings = _run_findings
+
+
 def _parse_step(out: StepOutput, scratch: str) -> list[LangFinding]:
     if out.name == "compile":
         return _compile_findings(out, scratch)

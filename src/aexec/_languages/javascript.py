@@ -183,6 +183,12 @@ def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     return [LangFinding(error_class(name, code, message), where, cap(exc), out.name, cap(exc))]
 
 
+#: For a project's suite (`nodetest`): the same readings of node's reports.
+check_findings = _check_findings
+run_findings = _run_findings
+stack_location = _stack_location
+
+
 def _parse_step(out: StepOutput, scratch: str) -> list[LangFinding]:
     if out.name == "check":
         return _check_findings(out, scratch)

@@ -187,6 +187,12 @@ def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     return found
 
 
+#: For a crate's suite (`cargo`): the same readings of rustc and of a panic.
+compile_findings = _compile_findings
+PANIC = _PANIC
+ASSERTION = _ASSERTION
+
+
 def _parse_step(out: StepOutput, scratch: str) -> list[LangFinding]:
     if out.name == "compile":
         return _compile_findings(out, scratch)

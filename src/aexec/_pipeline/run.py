@@ -70,8 +70,22 @@ def _reset(repo: str, work: str, paths: list[str]) -> None:
             shutil.copy2(src, dst, follow_symlinks=False)
 
 
-def _config_changed(repo: str, work: str) -> bool:
-    return any(pytest_config(repo, n) != pytest_config(work, n) for n in PYTEST_CONFIGS)
+def _config_changed(repo: str, work: str, language: str = "python", touched: list[str] | None = None) -> bool:
+    """Did the patch change the runner's configuration: pytest's, or for a language's
+    suite the test part (`aexec._languages.oracle_text`) of a file it touched?"""
+    if language == "python":
+        return any(pytest_config(repo, n) != pytest_config(work, n) for n in PYTEST_CONFIGS)
+    lang: langs.Language = language  # type: ignore[assignment]
+
+    def text(path: str) -> str | None:
+        data = read_regular(path)
+        return None if data is None else data.decode("utf-8", "replace")
+
+    return any(
+        langs.oracle_text(lang, p, text(os.path.join(repo, p)))
+        != langs.oracle_text(lang, p, text(os.path.join(work, p)))
+        for p in touched or ()
+    )
 
 
 def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
@@ -81,10 +95,16 @@ def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
 def _write_sources(scratch: Scratch, job: Job) -> dict[str, str]:
     """A language's source file and support files, written into the run's ``work`` dir."""
     c = job.candidate
-    assert c.code is not None and c.language != "python"
+    assert c.language != "python"
     lang: langs.Language = c.language
-    request_type: langs.LangRequestType = c.request_type  # type: ignore[assignment]
-    files = {langs.source_name(lang): c.code, **langs.pipeline_support_files(lang, request_type, c.code)}
+    if c.request_type == "run_suite":  # the repo is the source: only aexec's own files
+        files = langs.suite_support_files(lang)
+    else:
+        assert c.code is not None
+        files = {
+            langs.source_name(lang): c.code,
+            **langs.pipeline_support_files(lang, c.request_type, c.code),
+        }
     for name, text in files.items():
         with open(os.path.join(scratch.work, name), "w", encoding="utf-8") as f:
             f.write(text)
@@ -96,6 +116,9 @@ def own_files(job: Job, written: dict[str, str]) -> tuple[str, ...]:
     if job.candidate.language == "python":
         return ()
     lang: langs.Language = job.candidate.language
+    if job.candidate.request_type == "run_suite":
+        own = (*written, langs.OWN_PREFIX + "*")
+        return (*(f"work/{n}" for n in own), *(f"home/{n}" for n in langs.suite_own_files(lang)))
     names = [*written, *langs.own_files(lang), langs.OWN_PREFIX + "*"]
     return tuple(f"work/{n}" for n in names)
 
@@ -143,7 +166,10 @@ async def run_once(
     session.runs += 1
     run_name = f"{session.runs}-{os.path.basename(scratch.root)}"
     try:
-        bytecode = None if candidate.repo is None else await session.bytecode(candidate.repo, tool)
+        # A language's suite has no Python to compile ahead.
+        bytecode = None
+        if candidate.repo is not None and job.lang is None:
+            bytecode = await session.bytecode(candidate.repo, tool)
         await in_thread(make_view, scratch, candidate.repo, bytecode)
         config_changed = False
         if patch is not None:
@@ -152,7 +178,9 @@ async def run_once(
             except PatchError as e:
                 return e
             assert candidate.repo is not None
-            config_changed = await in_thread(_config_changed, candidate.repo, scratch.work)
+            config_changed = await in_thread(
+                _config_changed, candidate.repo, scratch.work, candidate.language, touched
+            )
         if candidate.test_patch is not None:
             assert candidate.repo is not None
             if patch is not None and oracle:
@@ -224,7 +252,14 @@ async def run_once(
         async with session.slots.slot(run_name, job.index):
             raw = await session.supervisor.execute(invocation)
         if lang is not None:
-            evidence = parse_language(raw, candidate.language, cwd=scratch.work, timeout_s=env.timeout_s)
+            evidence = parse_language(
+                raw,
+                candidate.language,
+                cwd=scratch.work,
+                timeout_s=env.timeout_s,
+                request_type=candidate.request_type,
+                tests=candidate.tests,
+            )
         else:
             evidence = parse(raw, job.runner, cwd=scratch.work, snippet=snippet)
         if evidence.box_failed:

@@ -178,6 +178,8 @@ class Session:
                 "language": candidate.language,
                 "request_type": candidate.request_type,
             }
+            if candidate.request_type == "run_suite":
+                command["tests"] = candidate.tests
             toolchain = f"{tool.fingerprint}:{lang.fingerprint}"
         if grade.expects(candidate) or candidate.test_patch is not None:
             command["grading"] = [candidate.test_patch, candidate.fail_to_pass, candidate.pass_to_pass]

@@ -212,8 +212,16 @@ async def probe_language(language: str) -> LangToolchain:
     where = os.pathsep.join(search_path())
     tools: dict[str, str] = {}
     paths: list[str] = []
-    for name in langs.TOOLS[lang]:
+    required = langs.TOOLS[lang]
+    for name in (*required, *langs.SUITE_TOOLS.get(lang, ())):
+        if name == "cargo" and "rustc" in tools:  # the toolchain's own, beside its rustc
+            where_cargo = os.path.join(os.path.dirname(tools["rustc"]), "cargo")
+            if await in_thread(_which, where_cargo, "") is not None:
+                tools[name] = where_cargo
+                continue
         resolved = await in_thread(_which, name, where)
+        if resolved is None and name not in required:
+            continue  # a suite's tool: only run_suite needs it (it then fails to start)
         if resolved is None:
             raise RequestError(
                 f"language {language!r}: {name!r} is not installed (searched PATH and ~/.cargo/bin)"

@@ -30,6 +30,7 @@ from .._stages.assemble import (
     same_tests,
     tag,
     touches_oracle,
+    touches_suite_oracle,
     unobserved,
 )
 from .._stages.classify import Classification
@@ -109,9 +110,16 @@ async def _unpatched(session: Session, job: Job, oracle: list[str]) -> tuple[Run
     return done
 
 
+def runs_suite(job: Job) -> bool:
+    """Does the job run a test suite (pytest, or a language's: ``run_suite`` of a repo)?
+    Such a job gets per-test verdicts, the before-run and the confirming re-run."""
+    return job.runner == "pytest" or (job.lang is not None and job.candidate.request_type == "run_suite")
+
+
 async def witness(session: Session, job: Job) -> ExecutionObservation:
     """Run the job (and what its verdict needs) and assemble its observation."""
-    candidate, runner, env = job.candidate, job.runner, job.env
+    candidate, env = job.candidate, job.env
+    suite = runs_suite(job)
     blog = log.bind(candidate=candidate.id)
     head = Head(candidate.id, job.classification, job.version, job.key, session.version)
     touched: list[str] = []
@@ -129,7 +137,7 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
     except PatchError as e:
         return graded(refused(head, environment=env, message=f"patch refused: {e}"), candidate)
     async with anyio.create_task_group() as tg:
-        if runner == "pytest" and candidate.patch is not None:
+        if suite and candidate.patch is not None:
 
             async def get_before() -> None:
                 nonlocal before, broken
@@ -141,7 +149,7 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
             tg.start_soon(get_before)
         done: tuple[Run, bool] | PatchError | None = None
         try:
-            if runner == "pytest" and candidate.patch is None:
+            if suite and candidate.patch is None:
                 done = await _unpatched(session, job, oracle)
             else:
                 done = await run_once(session, job, patch=candidate.patch, touched=touched, oracle=oracle)
@@ -168,7 +176,7 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
     passed = not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests)
     # A graded run whose expected tests all passed is a pass claim too: confirm it.
     resolves = would_resolve(candidate, tag(run.evidence.tests, None))
-    if session.guarded and runner == "pytest" and (passed or resolves):
+    if session.guarded and suite and (passed or resolves):
         redo = await run_once(session, job, patch=candidate.patch, touched=touched, oracle=oracle)
         if isinstance(redo, PatchError):  # it applied a moment ago: the host changed under us
             raise redo
@@ -181,9 +189,11 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
             blog.warning("nondeterministic", cache_key=job.key[:12])
             run = attrs.evolve(again, evidence=merged)
     tampered = session.guarded and candidate.patch is not None
-    tampered = tampered and (
-        touches_oracle(touched, candidate.tests, config_changed) or oracle_paths_touched(touched, oracle)
-    )
+    if candidate.language != "python":
+        guard = touches_suite_oracle(candidate.language, touched, candidate.tests, config_changed)
+    else:
+        guard = touches_oracle(touched, candidate.tests, config_changed)
+    tampered = tampered and (guard or oracle_paths_touched(touched, oracle))
     fault = None if tampered else await _env_fault(session, job, run, touched, oracle)
     obs = assemble(
         head,

@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
+from .. import _languages as langs
 from .._records import (
     Candidate,
     Change,
@@ -57,6 +58,27 @@ def touches_oracle(paths: Iterable[str], selectors: Iterable[str] | None, config
         for t in targets:
             if path == t or path.startswith(t + "/") or t in ("", "."):
                 return True
+    return False
+
+
+def touches_suite_oracle(
+    language: str, paths: Iterable[str], selectors: Iterable[str] | None, config_changed: bool
+) -> bool:
+    """The diff-scope check of a suite in a language beyond Python (docs/languages.md,
+    "Test suites"): does a patch touch one of the language's test files that the
+    selection runs (every one when the whole suite runs), or change the test part of the
+    runner's configuration (``config_changed``: `aexec._languages.oracle_text` of a
+    touched file differs before and after the patch)?"""
+    if config_changed:
+        return True
+    lang: langs.Language = language  # type: ignore[assignment]
+    whole_suite = selectors is None
+    targets = [langs.split(s)[0] for s in selectors or ()]
+    for path in map(posixpath.normpath, paths):
+        if not langs.is_test_file(lang, path):
+            continue
+        if whole_suite or any(t == "." or path == t or path.startswith(t + "/") for t in targets):
+            return True
     return False
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from .. import _languages as langs
 from .._errors import RequestError
 from .._records import Candidate
 from .._types import ArtifactShape, Mode, RequestType
@@ -96,14 +97,27 @@ def plan(candidate: Candidate, mode: Mode) -> Runner:
 
 
 def check_language(candidate: Candidate) -> None:
-    """A language beyond Python answers a ``snippet``'s ``build_check`` or ``run_entry``."""
+    """A language beyond Python answers a ``snippet``'s ``build_check`` or ``run_entry``,
+    and, for the languages with a suite runner, ``run_suite`` of a ``repo``."""
     lang = candidate.language
     if lang == "python":
         return
+    if candidate.request_type == "run_suite" and candidate.repo is not None:
+        if lang not in langs.SUITE_LANGUAGES:
+            raise RequestError(
+                f"language {lang!r}: run_suite runs {', '.join(langs.SUITE_LANGUAGES)} suites, not {lang}"
+            )
+        if candidate.artifact_shape not in ("test_subset", "patch"):
+            raise RequestError(f"language {lang!r}: run_suite takes a test_subset or a patch")
+        for name in ("code", "command", "python"):
+            if getattr(candidate, name) is not None:
+                raise RequestError(f"language {lang!r}: run_suite of a repo takes no `{name}`")
+        return
     if candidate.request_type not in ("build_check", "run_entry") or candidate.artifact_shape != "snippet":
         raise RequestError(
-            f"language {lang!r} answers build_check and run_entry of a snippet, "
-            f"not {candidate.request_type} of a {candidate.artifact_shape}"
+            f"language {lang!r} answers build_check and run_entry of a snippet"
+            + (" and run_suite of a repo" if lang in langs.SUITE_LANGUAGES else "")
+            + f", not {candidate.request_type} of a {candidate.artifact_shape}"
         )
     if candidate.code is None:
         raise RequestError(f"language {lang!r}: a snippet needs `code` (one whole source file)")

@@ -298,26 +298,45 @@ def step_outputs(raw: RawRun) -> tuple[langs.StepOutput, ...]:
     return tuple(outs)
 
 
-def parse_language(raw: RawRun, language: str, *, cwd: str, timeout_s: float | None = None) -> Evidence:
-    """The evidence of a language's steps (``aexec._languages.parse``). Same input, same output."""
+def parse_language(
+    raw: RawRun,
+    language: str,
+    *,
+    cwd: str,
+    timeout_s: float | None = None,
+    request_type: str = "run_entry",
+    tests: tuple[str, ...] | None = None,
+) -> Evidence:
+    """The evidence of a language's steps (``aexec._languages.parse``; for ``run_suite``,
+    ``parse_suite``: the selection's per-test verdicts too). Same input, same output."""
     lang: langs.Language = language  # type: ignore[assignment]
     outs = step_outputs(raw)
-    ev = langs.parse(lang, outs, cwd, timeout_s=timeout_s)
+    parsed: tuple[ParsedTest, ...] = ()
+    suite = request_type == "run_suite"
+    if suite:
+        found = langs.parse_suite(lang, outs, cwd, tests, timeout_s=timeout_s)
+        ev, parsed = found.evidence, tuple(ParsedTest(n, v) for n, v in found.tests)
+    else:
+        ev = langs.parse(lang, outs, cwd, timeout_s=timeout_s)
     run = next((o for o in outs if o.name == "run" and not o.failed), None)
     tables = langs.census(run.diagnostics) if language == "sql" and run is not None else ()
     box_failed = raw.exit_code == BOX_FAILED and not any(r["kind"] == "main" for r in raw.records)
     last = outs[-1] if outs else None
+    # An empty selection plans no step at all for node: nothing ran, and that is known.
+    nothing_planned = suite and tests is not None and not tests
     return Evidence(
         runner="steps",
         exit_code=last.exit_code if last else raw.exit_code,
         signal=last.signal if last else raw.signal,
         timed_out=raw.timed_out,
         duration=raw.duration,
-        tests=(),
+        tests=parsed,
         errors=(),
         in_flight=None,
         pytest_exit=None,
-        parse_uncertain=ev.parse_uncertain or raw.bad_records > 0 or (not outs and not box_failed),
+        parse_uncertain=ev.parse_uncertain
+        or raw.bad_records > 0
+        or (not outs and not box_failed and not nothing_planned),
         oom_killed=raw.oom_killed,
         box_failed=box_failed,
         lang=ev,

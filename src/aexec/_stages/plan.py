@@ -210,11 +210,18 @@ def lang_steps(facts: RunFacts, env: Environment, address_space: int) -> tuple[l
     The child keeps the highest limit any step needs; a step lowers its own from there.
     """
     language: langs.Language = facts.language  # type: ignore[assignment]
-    request_type: langs.LangRequestType = facts.request_type  # type: ignore[assignment]
     planned = langs.pipeline_steps(
-        language, request_type, facts.scratch.work, tools=dict(facts.lang_tools), ram_mib=env.ram_cap_mib
+        language,
+        facts.request_type,
+        facts.scratch.work,
+        tools=dict(facts.lang_tools),
+        ram_mib=env.ram_cap_mib,
+        home=facts.scratch.home,
+        tests=facts.tests,
     )
-    hungry = language in ADDRESS_SPACE_HUNGRY
+    # A suite's runner (cargo, node --test, ctest) starts compilers, test binaries and
+    # runtimes alike: every step is a build tool's, the memory cgroup holds the line.
+    hungry = language in ADDRESS_SPACE_HUNGRY or facts.request_type == "run_suite"
     lifted = UNLIMITED if facts.cgroup_procs else max(address_space, HUNGRY_ADDRESS_SPACE_BYTES)
     child = lifted if planned else address_space
     out: list[StepSpec] = []

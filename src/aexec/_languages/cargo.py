@@ -1,0 +1,250 @@
+"""A Rust crate's test suite with Cargo: the steps, and the pure parser of their output.
+
+Two steps, both ``cargo test --offline`` with ``CARGO_HOME`` and ``CARGO_TARGET_DIR``
+inside the scratch root (the boundary has no network; a crate must have no external
+dependencies, or vendored ones):
+
+* ``build``: ``--no-run --message-format=json`` — rustc's JSON diagnostics, wrapped in
+  Cargo's ``compiler-message`` records on stdout, read like a snippet's (`rust`);
+  Cargo's own errors (a manifest that does not parse, a dependency it cannot resolve
+  offline) are read from its ``error:`` lines;
+* ``run``: ``--no-fail-fast`` — every test binary runs. Stable Rust has no structured
+  test output (libtest's ``--format json`` needs nightly), so libtest's documented
+  pretty output is read: ``test <path> ... ok|FAILED|ignored`` per test, and the
+  ``failures:`` section's ``---- <path> stdout ----`` blocks (the panic, its
+  ``file:line``). Which binary a block came from is Cargo's ``Running <source> (…)``
+  line on stderr: the k-th ``running N tests`` block on stdout belongs to the k-th.
+
+``--tests`` runs the library's, the binaries' and the integration tests' harnesses;
+doc-tests are not run.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from .._types import FailureClass
+from . import rust
+from ._common import (
+    BASE_ENV,
+    RUN_STEP,
+    LangFinding,
+    Step,
+    StepOutput,
+    cap,
+    cap_findings,
+    evidence,
+    exit_finding,
+    first_line,
+    loc,
+    tool,
+)
+from .suite import SuiteEvidence, SuiteVerdict, selected, split
+
+#: Under the scratch home: Cargo's home and its target directory (aexec's own files).
+CARGO_HOME: Final = ".aexec_cargo"
+TARGET_DIR: Final = ".aexec_target"
+
+
+def _target(path: str) -> tuple[str, ...] | None:
+    """Cargo's flag for the target whose root source is ``path``; None if not a root."""
+    if path == "src/lib.rs":
+        return ("--lib",)
+    if path == "src/main.rs":
+        return ("--bins",)
+    m = re.fullmatch(r"(tests|src/bin)/([\w-]+)(?:\.rs|/main\.rs)", path)
+    if m:
+        return ("--test" if m[1] == "tests" else "--bin", m[2])
+    return None
+
+
+def targets(tests: Sequence[str] | None) -> tuple[str, ...]:
+    """The targets the selection needs: each selector's root source, else all (``--tests``)."""
+    flags: list[str] = []
+    for sel in tests or ():
+        found = _target(split(sel)[0])
+        if found is None:
+            return ("--tests",)
+        flags.extend(found)
+    return tuple(dict.fromkeys(flags)) if flags else ("--tests",)
+
+
+def filters(tests: Sequence[str] | None) -> tuple[str, ...]:
+    """libtest's name filters (substring matches; the result is cut to the selection)."""
+    names = [split(s)[1] for s in tests or ()]
+    if not names or any(n is None for n in names):
+        return ()
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def steps(
+    work: str, home: str, tests: Sequence[str] | None, tools: Mapping[str, str] | None
+) -> tuple[Step, ...]:
+    cargo = tool(tools, "cargo")
+    env = (
+        *BASE_ENV,
+        ("CARGO_HOME", posixpath.join(home, CARGO_HOME)),
+        ("CARGO_TARGET_DIR", posixpath.join(home, TARGET_DIR)),
+        ("CARGO_TERM_COLOR", "never"),
+        ("CARGO_NET_OFFLINE", "true"),
+        ("CARGO_INCREMENTAL", "0"),
+        ("RUSTC", tool(tools, "rustc")),
+    )
+    chosen = targets(tests)
+    build = Step(
+        "build", (cargo, "test", "--offline", "--no-run", "--message-format=json", *chosen), work, env
+    )
+    if tests is not None and not tests:
+        return (build,)  # an empty selection: nothing runs (the crate is still built)
+    run_argv = (
+        cargo,
+        "test",
+        "--offline",
+        "--no-fail-fast",
+        *chosen,
+        "--",
+        "--color",
+        "never",
+        *filters(tests),
+    )
+    return build, Step(RUN_STEP, run_argv, work, env)
+
+
+# ---- reading Cargo and libtest ------------------------------------------------------------
+
+_CARGO_ERROR = re.compile(r"^error: (?P<msg>.+)$", re.M)
+_TOML_AT = re.compile(r"TOML parse error at line (?P<line>\d+)")
+_OFFLINE_DEP = re.compile(
+    r"no matching package|failed to select a version|failed to (?:get|download)|offline|vendor"
+)
+
+
+def _build_findings(out: StepOutput, work: str) -> list[LangFinding]:
+    diags: list[str] = []
+    for line in out.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(rec, dict)
+            and rec.get("reason") == "compiler-message"
+            and isinstance(rec.get("message"), dict)
+        ):
+            diags.append(json.dumps(rec["message"]))
+    found = rust.compile_findings(StepOutput(out.name, out.exit_code, stderr="\n".join(diags)), work)
+    if found:
+        return found
+    m = _CARGO_ERROR.search(out.stderr)
+    if m is None:
+        return []
+    msg = m["msg"].replace(work.rstrip("/") + "/", "")
+    toml = _TOML_AT.search(out.stderr)
+    if toml or "failed to parse manifest" in msg:
+        return [
+            LangFinding("syntax", loc("Cargo.toml", toml["line"] if toml else None, work), cap(msg), out.name)
+        ]
+    cls: FailureClass = "dependency" if _OFFLINE_DEP.search(out.stderr) else "compile"
+    detail = first_line(out.stderr[m.end() :].replace("Caused by:", "")) if cls == "dependency" else ""
+    text = f"{msg}: {detail}" if detail and detail not in msg else msg
+    return [LangFinding(cls, "Cargo.toml", cap(text.replace(work.rstrip("/") + "/", "")), out.name)]
+
+
+_RUNNING = re.compile(r"^\s*Running (?:unittests )?(?P<src>\S+) \(", re.M)
+_BLOCK = re.compile(r"^running \d+ tests?$", re.M)
+_RESULT = re.compile(r"^test (?P<name>\S+)(?: - should panic)? \.\.\. (?P<v>ok|FAILED|ignored)\b", re.M)
+_SECTION = re.compile(r"^---- (?P<name>\S+) stdout ----$", re.M)
+_SECTION_END = re.compile(r"^(?:failures:|---- \S+ stdout ----)$", re.M)
+_CRASH = re.compile(
+    r"to rerun pass `(?P<target>[^`]+)`\s*\n\s*Caused by:\s*\n\s*process didn't exit successfully: .*?"
+    r"\((?:signal: (?P<sig>\d+)|exit status: (?P<status>\d+))",
+    re.S,
+)
+_VERDICT: Final[dict[str, SuiteVerdict]] = {"ok": "passed", "FAILED": "failed", "ignored": "skipped"}
+
+
+def _failure(test_id: str, text: str, work: str) -> LangFinding:
+    """A failed test's finding, from its ``---- name stdout ----`` section."""
+    m = rust.PANIC.search(text)
+    if m is None:
+        why = "did not panic as expected" if "did not panic" in text else first_line(text) or "failed"
+        cls: FailureClass = "assertion" if "did not panic" in text or not text.strip() else "runtime"
+        return LangFinding(cls, "", cap(f"{test_id}: {why}"), RUN_STEP)
+    if m["file"] is not None:
+        message, where = m["msg"].strip(), loc(m["file"], m["line"], work)
+    else:
+        message, where = m["oldmsg"], loc(m["oldfile"], m["oldline"], work)
+    cls = "assertion" if rust.ASSERTION.match(message) else "runtime"
+    return LangFinding(cls, where, cap(f"{test_id}: panicked: {message}"), RUN_STEP, cap(f"panic: {message}"))
+
+
+def _run(
+    out: StepOutput, work: str, tests: Sequence[str] | None
+) -> tuple[list[tuple[str, SuiteVerdict]], list[LangFinding], bool, bool]:
+    sources = [m["src"] for m in _RUNNING.finditer(out.stderr)]
+    starts = [m.start() for m in _BLOCK.finditer(out.stdout)]
+    uncertain = len(sources) != len(starts)
+    results: list[tuple[str, SuiteVerdict]] = []
+    found: list[LangFinding] = []
+    explained = False  # a test (selected or not) failed, or a test binary crashed
+    for k, start in enumerate(starts):
+        block = out.stdout[start : starts[k + 1] if k + 1 < len(starts) else len(out.stdout)]
+        src = sources[k] if k < len(sources) else "?"
+        sections = {m["name"]: m.end() for m in _SECTION.finditer(block)}
+        for m in _RESULT.finditer(block):
+            tid = f"{src}::{m['name']}"
+            explained = explained or m["v"] == "FAILED"
+            if not selected(tid, tests):
+                continue
+            verdict = _VERDICT[m["v"]]
+            results.append((tid, verdict))
+            if verdict == "failed":
+                at = sections.get(m["name"])
+                text = ""
+                if at is not None:
+                    end = _SECTION_END.search(block, at)
+                    text = block[at : end.start() if end else len(block)]
+                found.append(_failure(tid, text, work))
+    for m in _CRASH.finditer(out.stderr):
+        explained = True
+        if m["sig"] is not None:  # a test binary killed: its tests did not all report
+            sig = int(m["sig"])
+            crash = StepOutput(RUN_STEP, None, sig)
+            found.extend(cap_findings(crash, None) or (exit_finding(crash),))
+            found[-1] = LangFinding(
+                found[-1].failure_class, "", f"test binary `{m['target']}`: {found[-1].message}", RUN_STEP
+            )
+    return results, found, explained, uncertain
+
+
+def parse(
+    outputs: tuple[StepOutput, ...], work: str, tests: Sequence[str] | None, timeout_s: float | None
+) -> SuiteEvidence:
+    found: list[LangFinding] = []
+    results: list[tuple[str, SuiteVerdict]] = []
+    uncertain = False
+    for out in outputs:
+        caps = cap_findings(out, timeout_s)
+        found.extend(caps)
+        if out.timed_out:
+            continue
+        if out.name == "build":
+            if out.failed and not caps:
+                own = _build_findings(out, work)
+                uncertain = uncertain or not own
+                found.extend(own or [exit_finding(out)])
+            continue
+        got, failed, explained, unsure = _run(out, work, tests)
+        results.extend(got)
+        found.extend(failed)
+        uncertain = uncertain or unsure or "characters not kept]" in out.stdout
+        if out.failed and not caps and not explained:
+            found.append(exit_finding(out))  # cargo failed and no test or binary says why
+            uncertain = True
+    return SuiteEvidence(evidence("rust", outputs, found, uncertain=uncertain), tuple(results))
