@@ -199,12 +199,13 @@ def test_the_candidate_env_is_declared_not_inherited(monkeypatch: pytest.MonkeyP
     assert env["PYTHONHASHSEED"] == "0"
     assert env["HOME"] == f"{ROOT}/home" and env["TMPDIR"] == f"{ROOT}/tmp"
     assert env["PATH"].split(":")[0] == "/nonexistent/venv/bin"
-    assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    # plugins load as plain pytest loads them, unless the request opts out (issue 18)
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in env
+    assert candidate_env(Scratch(ROOT), PYTHON, autoload=False)["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
     assert "AEXEC_HOST_SECRET" not in env and "PYTHONPATH" not in env
     assert set(env) == {
         "PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "LANG", "LC_ALL", "PYTHONHASHSEED",
-        "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
-        "NO_COLOR", "MALLOC_ARENA_MAX",
+        "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "NO_COLOR", "MALLOC_ARENA_MAX",
     }  # fmt: skip
     # the interpreter's own directory is not repeated when it is a standard one
     assert candidate_env(Scratch(ROOT), "/usr/bin/python3")["PATH"] == "/usr/bin:/usr/local/bin:/bin"

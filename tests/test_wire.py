@@ -62,6 +62,18 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
         for v in ("passed", "failed", "errored", "skipped")
     ],
     "end": [{"exitstatus": 0}, {"exitstatus": 5}],
+    "step_start": [{"name": "build"}],
+    "step": [
+        {
+            "name": "build",
+            "exit": 1,
+            "signal": None,
+            "stdout": "",
+            "stderr": "main.c:3: error",
+            "evidence": "[]",
+        },
+        {"name": "run", "exit": None, "signal": 11, "stdout": "partial", "stderr": "", "evidence": None},
+    ],
 }
 
 #: Run ``driver.py`` as a file (``runpy.run_path``, as ``python driver.py`` would, minus
