@@ -179,7 +179,7 @@ class Observer:
                     obs = await observe_one(session, job)
                 except Exception as e:
                     obs = unobservable(items[i], classification, e, self.version)
-                    log.warning("observation_failed", candidate=items[i].id, error=obs.error)
+                    log.error("observation_failed", candidate=items[i].id, error=obs.error)
                 results[i] = obs
                 if on_observation is not None:
                     on_observation(i, obs)
