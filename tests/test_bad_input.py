@@ -95,15 +95,21 @@ def run(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    try:
-        out, err = proc.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
+    with proc:
         try:
-            out, err = proc.communicate(timeout=10)
+            out, err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            err += b" (hung)"
+            hung = True
+        else:
+            hung = False
+    if hung:
         pytest.fail(f"aexec {' '.join(args)} did not end within {timeout} s: {err.decode(errors='replace')}")
     return subprocess.CompletedProcess(
         proc.args, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
@@ -852,6 +858,8 @@ def started(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 def wait_for(cond: Callable[[], bool], proc: subprocess.Popen[bytes], bound: float = 30) -> None:
@@ -1001,7 +1009,9 @@ def test_a_signal_ends_aexec_within_2s_leaving_nothing(
         os.mkfifo(fifo)
         rows = [good("quick"), {**SUITE, "id": "s", "repo": str(private_shop)}, hang]
     elif state == "python-probe-hangs":
-        python = _script(tmp_path, "python", f"exec -a {marker} sleep 60\n")
+        python = _script(
+            tmp_path, "python", f"exec {sys.executable} -c 'import time; time.sleep(60)' {marker}\n"
+        )
         rows = [{**good("p"), "python": python}]
     else:
         rows = [good("quick"), hang] + [good("same")] * 5000
@@ -1097,7 +1107,9 @@ def test_python_that_hangs_is_bounded(tmp_path: Path) -> None:
     ends within a bound with a defined answer (rejected whole, or an error observation),
     and the hanging interpreter is not left running."""
     marker = f"aexec-test-{uuid.uuid4()}"
-    python = _script(tmp_path, "python", f"exec -a {marker} sleep 600\n")
+    python = _script(
+        tmp_path, "python", f"exec {sys.executable} -c 'import time; time.sleep(600)' {marker}\n"
+    )
     cases = tmp_path / "cases.jsonl"
     cases.write_bytes(
         jline(good("a")) + jline({**good("bad"), "python": python}) + jline(good("c", "print(3)"))
@@ -1126,6 +1138,7 @@ STABLE = ("id", "verdict", "stdout", "exception", "artifact_version", "cache_key
 
 def behaviour(o: dict[str, Any]) -> dict[str, Any]:
     b = {k: o[k] for k in STABLE}
+    b["stdout"] = re.sub(r"\bin \d+\.\d+s\b", "in Ns", b["stdout"])  # pytest's own timing
     b["failure_class"] = o["failure"] and o["failure"]["failure_class"]
     b["tests"] = sorted((t["test"], t["verdict"], t["f2p"], t["p2p"]) for t in o["test_results"])
     b["flags"] = {k: v for k, v in o["flags"].items() if k not in ("reverified", "nondeterministic")}
