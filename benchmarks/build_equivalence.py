@@ -208,7 +208,14 @@ PROJECTS: tuple[Project, ...] = (
     Project(
         "django-crispy-forms",
         "2.3",
-        ("django-crispy-forms==2.3", PYTEST, "pytest-django==4.9.0", "django==4.2.16", "crispy-bootstrap3", "crispy-bootstrap4"),
+        (
+            "django-crispy-forms==2.3",
+            PYTEST,
+            "pytest-django==4.9.0",
+            "django==4.2.16",
+            "crispy-bootstrap3",
+            "crispy-bootstrap4",
+        ),
         ("tests/test_utils.py",),
         "crispy_forms/utils.py",
         "list_intersection",
@@ -279,7 +286,7 @@ PROJECTS: tuple[Project, ...] = (
         "PythonPVector.__len__",
         ("return self._count", "return self._count + 1"),
         "tests/vector_test.py",
-        "tests/memory_profiling.py",
+        "pyrsistent/typing.py",
         why="hypothesis-heavy; the pure-Python fallback",
     ),
 )
