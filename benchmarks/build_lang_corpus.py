@@ -899,13 +899,73 @@ def label_holds(case: dict[str, Any], run: dict[str, Any]) -> str | None:
     return None
 
 
+SOURCE = {
+    "c": "main.c",
+    "cpp": "main.cpp",
+    "rust": "main.rs",
+    "java": "Main.java",
+    "javascript": "main.js",
+    "sql": "main.sql",
+}
+FIRST_TEST = {
+    "c": "    assert(",
+    "cpp": "    assert(",
+    "java": "        assert ",
+    "javascript": "assert.strictEqual(",
+    "sql": "INSERT INTO checks VALUES ('",
+}
+
+
+def loc_token(lang: str, f: Fault, code: str) -> str | None:
+    """The text on the line the contract says ``failure.location`` names, or None where
+    this corpus does not label a location (a signal, an exit status, the deadline, an
+    allocation failure with no frame, a delimiter error whose span is elsewhere)."""
+    if f.where == "flip":
+        if lang == "rust":
+            return "assert_ne!(" if "assert_ne!(" in code else "assert!(!("
+        return FIRST_TEST[lang]
+    if f.stage == "deadline":
+        return None
+    lines = [ln.strip() for ln in f.text.strip().splitlines()]
+    if f.stage == "build":
+        return None if (lang == "rust" and "vec![" in f.text) else lines[-1]
+    if "long[] aexecBig" in f.text:
+        return lines[0]
+    if (
+        (lang == "javascript" and "process.exit" not in f.text)
+        or (lang == "java" and "System.exit" not in f.text)
+        or (lang == "rust" and ".unwrap()" in f.text)
+        or (lang == "sql" and "'dup'" not in f.text)
+    ):
+        return lines[-1]
+    return None
+
+
+def location(lang: str, f: Fault | None, code: str) -> str | None:
+    tok = None if f is None else loc_token(lang, f, code)
+    if tok is None:
+        return None
+    for i, ln in enumerate(code.splitlines(), 1):
+        if tok in ln:
+            return f"{SOURCE[lang]}:{i}"
+    raise ValueError(f"{lang}: location token {tok!r} not in the program")
+
+
 # --------------------------------------------------------------------------------------
 # Cases
 # --------------------------------------------------------------------------------------
 
 
 def mkcase(
-    lang: str, cid: str, rtype: str, code: str, verdict: str, cls: str | None, expect: dict, tmo: float
+    lang: str,
+    cid: str,
+    rtype: str,
+    code: str,
+    verdict: str,
+    cls: str | None,
+    expect: dict,
+    tmo: float,
+    loc: str | None = None,
 ) -> dict:
     return {
         "id": f"{lang}/{cid}",
@@ -914,7 +974,7 @@ def mkcase(
         "language": lang,
         "code": code,
         "policy": {"timeout_s": tmo},
-        "label": {"verdict": verdict, "failure_class": cls, "f2p": None},
+        "label": {"verdict": verdict, "failure_class": cls, "f2p": None, "location": loc},
         "expect": expect,
         "digest": hashlib.sha256(f"{lang}\0{rtype}\0{tmo}\0{code}".encode()).hexdigest()[:16],
     }
@@ -962,6 +1022,7 @@ def cases_for(lang: str, programs: list[Program]) -> list[dict]:
                     cls,
                     {"stage": stage, "marker": f.marker},
                     tmo,
+                    location(lang, f, code),
                 )
             )
     for p in programs[:3]:  # build_check: the passing programs
@@ -987,7 +1048,15 @@ def cases_for(lang: str, programs: list[Program]) -> list[dict]:
             verdict, c, expect = "empty_success", None, {"stage": "pass", "marker": ""}
         out.append(
             mkcase(
-                lang, f"{short(p)}/build-{cls}-{j}", "build_check", code, verdict, c, expect, RUN_TIMEOUT_S
+                lang,
+                f"{short(p)}/build-{cls}-{j}",
+                "build_check",
+                code,
+                verdict,
+                c,
+                expect,
+                RUN_TIMEOUT_S,
+                location(lang, f, code) if f.stage == "build" else None,
             )
         )
     return out

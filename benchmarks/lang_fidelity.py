@@ -113,6 +113,16 @@ def one_language(
     results = {
         name: {**metrics(labels, p), "failed_accuracy": failed_acc(labels, p)} for name, p in preds.items()
     }
+    loc_rows = []  # aexec's failure.location vs. the labelled file:line, where labelled
+    for i, c in enumerate(cases):
+        want = c["label"].get("location")
+        if want is None or preds["aexec"][i][1] != c["label"]["failure_class"]:
+            continue
+        fail = (observations[i] or {}).get("failure")
+        got = fail.get("location") if isinstance(fail, dict) else None
+        loc_rows.append(
+            {"id": c["id"], "label": want, "aexec": got, "exact": ":".join(str(got).split(":")[:2]) == want}
+        )
     disagreements = []
     for i, c in enumerate(cases):
         pv, pc = preds["aexec"][i]
@@ -138,6 +148,11 @@ def one_language(
         "metrics": results,
         "disagreements": disagreements,
         "label_contradicted": label_bad,
+        "locations": {
+            "exact": sum(r["exact"] for r in loc_rows),
+            "labelled": len(loc_rows),
+            "rows": loc_rows,
+        },
         "aexec": {
             "rc": ax["rc"],
             "duration_s": ax["duration"],
@@ -230,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {dis['id']}: label={'/'.join(map(str, dis['label']))} aexec={'/'.join(map(str, dis['aexec']))}"
             )
             print(f"      {dis['location'] or ''} {dis['message']}".replace("\n", "\\n"))
+        lo = r["locations"]
+        print(f"  aexec location exact: {lo['exact']}/{lo['labelled']} (labelled, class right)")
+        for row in lo["rows"]:
+            if not row["exact"]:
+                print(f"    location {row['id']}: label={row['label']} aexec={row['aexec']}")
         for cid, why in r["label_contradicted"]:
             print(f"  LABEL CONTRADICTED by the plain toolchain: {cid}: {why}")
     if args.markdown:
