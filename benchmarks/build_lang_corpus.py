@@ -45,6 +45,9 @@ declares, all steps under the case's one deadline. A label holds when the right 
 This reads no aexec parser. A contradicted label is a generator bug: the build exits 1.
 The plain runs are kept in ``DIR/<lang>/plain.jsonl``; ``lang_fidelity.py`` reuses them as
 the naive baselines' raw runs.
+
+Why one file over 400 lines: most of it is data (eight solutions in five languages and the
+fault table), which reads best next to the code that renders and checks it.
 """
 
 from __future__ import annotations
