@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 import anyio
 import structlog
@@ -168,8 +168,18 @@ async def _observe_all(
         return await observe_many(cases, options=options, on_observation=seen, executor=executor)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (exit status 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        print(
+            f"aexec: {self.prog.removeprefix('aexec ')}: {message} (see {self.prog} --help)", file=sys.stderr
+        )
+        raise SystemExit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="aexec", description="Run candidate code; observe what it does.")
+    p = _Parser(prog="aexec", description="Run candidate code; observe what it does.")
     p.add_argument("--version", action="version", version=f"aexec {VERSION}")
     sub = p.add_subparsers(dest="command", required=True)
     o = sub.add_parser("observe", help="observe every request of a JSONL file")

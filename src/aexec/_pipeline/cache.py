@@ -12,9 +12,11 @@ I/O in worker threads so that it never blocks the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -23,6 +25,7 @@ from typing import Any, Generic, Literal, TypeVar
 import anyio
 import anyio.to_thread
 
+from .._boundary.trees import read_regular
 from .._log import get_logger
 from .._types import DEFAULT_CACHE_ENTRIES
 
@@ -37,6 +40,14 @@ Source = Literal["disk", "shared", "ran"]
 def _digest(value: Any) -> str:
     blob = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 class DiskCache:
@@ -59,12 +70,14 @@ class DiskCache:
     def get(self, key: str) -> Any | None:
         """The value stored under ``key``, or None (absent, unreadable, or not its own)."""
         path = self._path(key)
-        try:
-            with open(path, encoding="utf-8") as f:
-                entry = json.load(f)
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             return None
-        except (OSError, ValueError, RecursionError) as e:
+        raw = read_regular(path)  # never blocks on a FIFO, never follows a link
+        try:
+            if raw is None:
+                raise ValueError("not a regular file")
+            entry = json.loads(raw)
+        except (ValueError, RecursionError) as e:
             log.warning("cache_entry_unreadable", key=key, error=str(e))
             return None
         if (
@@ -87,8 +100,11 @@ class DiskCache:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(entry, f, ensure_ascii=False)
-            existed = os.path.exists(self._path(key))
-            os.replace(tmp, self._path(key))
+            target = self._path(key)
+            existed = os.path.lexists(target)
+            if (existed and not os.path.isfile(target)) or os.path.islink(target):
+                _remove(target)  # a damaged entry (a directory, FIFO, link): replaced
+            os.replace(tmp, target)
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -177,12 +193,19 @@ class Memo(Generic[T]):
         self._decode = decode
         self._inflight: Inflight[T] | None = Inflight() if dedup else None
 
-    async def get(self, key: str, compute: Callable[[], Awaitable[T]]) -> tuple[T, Source]:
+    async def get(
+        self, key: str, compute: Callable[[], Awaitable[T]], valid: Callable[[T], bool] | None = None
+    ) -> tuple[T, Source]:
+        """The value for ``key``; a stored one is used only if it decodes and ``valid``
+        (e.g. it names the key and artifact it was made for) accepts it."""
         if self._disk is not None:
             hit = await in_thread(self._disk.get, key)
             if hit is not None:
                 try:
-                    return self._decode(hit), "disk"
+                    value = self._decode(hit)
+                    if valid is not None and not valid(value):
+                        raise ValueError("the entry is another request's")
+                    return value, "disk"
                 except Exception as e:  # a stale or foreign entry: compute afresh
                     log.warning("cache_entry_invalid", key=key[:12], error=str(e))
 

@@ -50,7 +50,11 @@ _ORACLE = "test_patch does not apply (an error of the instance, not of the candi
 
 async def observe_one(session: Session, job: Job) -> ExecutionObservation:
     """The job's observation: from the cache, shared with an identical job, or witnessed."""
-    obs, source = await session.observations.get(job.key, lambda: witness(session, job))
+    obs, source = await session.observations.get(
+        job.key,
+        lambda: witness(session, job),
+        valid=lambda o: o.cache_key == job.key and o.artifact_version == job.version,
+    )
     if source != "ran":
         log.bind(candidate=job.candidate.id).info("cache_hit", source=source, cache_key=job.key[:12])
         return attrs.evolve(obs, id=job.candidate.id, cache_hit=True)
