@@ -1566,7 +1566,8 @@ async def test_a_bad_candidate_in_a_batch_is_named_by_its_index() -> None:
     """P6: in a batch, the malformed candidate is named by its index and nothing of the
     batch runs."""
     good_one = aexec.Candidate("run_entry", "snippet", code="print(1)")
-    bad_one = aexec.Candidate("run_entry", "snippet", code="1", policy=aexec.Policy(timeout_s=1e9))
+    # (a bad policy value is refused earlier, when the Policy is made)
+    bad_one = aexec.Candidate("run_suite", "test_subset", repo="/nonexistent/repo", tests=["t.py"])
     with pytest.raises(aexec.RequestError, match=r"\b1\b") as caught:
         await aexec.observe_many([good_one, bad_one, good_one], supervisor=RefusingSupervisor())
     assert "\n" not in str(caught.value)

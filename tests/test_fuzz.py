@@ -338,6 +338,12 @@ policies = st.builds(
 )
 
 
+#: A path or argv element: valid Unicode without NUL (a NUL there is refused up front).
+path_text = st.text(
+    alphabet=st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=10
+)
+
+
 @st.composite
 def candidates(draw: st.DrawFn) -> aexec.Candidate:
     shape = draw(st.sampled_from(ARTIFACT_SHAPES))
@@ -346,13 +352,11 @@ def candidates(draw: st.DrawFn) -> aexec.Candidate:
         artifact_shape=shape,
         id=draw(st.none() | text | st.integers(-(2**53), 2**53)),
         code=draw(st.none() | text),
-        command=draw(
-            st.none() | st.lists(st.text(min_size=1, max_size=10), min_size=1, max_size=3).map(tuple)
-        ),
+        command=draw(st.none() | st.lists(path_text.filter(bool), min_size=1, max_size=3).map(tuple)),
         repo=draw(st.none() | st.just(SHOP)),
         patch=draw(st.none() | text),
         tests=draw(st.none() | st.lists(st.text(max_size=10), max_size=3).map(tuple)),
-        python=draw(st.none() | text),
+        python=draw(st.none() | path_text),
         policy=draw(policies),
     )
 

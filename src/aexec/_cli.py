@@ -19,7 +19,7 @@ from typing import NoReturn, TextIO
 import anyio
 import structlog
 
-from ._api import VERSION, observe_many
+from ._api import VERSION, observe_many, observer
 from ._commands import COMMANDS, add_commands, run_options
 from ._errors import RequestError
 from ._jsonl import check_cache_dir, default_cache_dir, open_output, read_cases
@@ -156,16 +156,19 @@ async def _observe_all(
 
         executor = RayExecutor(address=args.ray, node_cache=os.environ.get(NODE_CACHE_ENV) or None)
     options = Options.from_env(limit=args.jobs, cache_dir=cache_dir)
-    if progress is None:
-        return await observe_many(cases, options=options, on_observation=writer.put, executor=executor)
-    with progress:
-        task = progress.add_task("observing", total=len(cases))
+    # An observer of the command's own: whatever ends the run (a signal included), its
+    # fork servers and bytecode store go with it.
+    async with observer(options) as own:
+        if progress is None:
+            return await observe_many(cases, on_observation=writer.put, executor=executor, observer=own)
+        with progress:
+            task = progress.add_task("observing", total=len(cases))
 
-        def seen(i: int, obs: ExecutionObservation) -> None:
-            writer.put(i, obs)
-            progress.advance(task)
+            def seen(i: int, obs: ExecutionObservation) -> None:
+                writer.put(i, obs)
+                progress.advance(task)
 
-        return await observe_many(cases, options=options, on_observation=seen, executor=executor)
+            return await observe_many(cases, on_observation=seen, executor=executor, observer=own)
 
 
 class _Parser(argparse.ArgumentParser):

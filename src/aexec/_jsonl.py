@@ -66,7 +66,7 @@ def lines(data: bytes) -> list[tuple[int, bytes]]:
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if raw.endswith(b"\r"):
             raw = raw[:-1]
-        if raw.strip():
+        if raw.decode("utf-8", "replace").strip():  # blank, in Unicode's sense too
             out.append((number, raw))
     return out
 

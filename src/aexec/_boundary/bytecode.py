@@ -135,8 +135,15 @@ BYTECODE_KEPT = 64
 def touch(out: str, base: str) -> bool:
     """Whether ``out`` was compiled already and is intact (then marked recent, for
     pruning). A damaged one (a file changed, added or missing: `verified`) is removed,
-    to be compiled again, and logged."""
+    to be compiled again, and logged. A store that is not a directory is replaced."""
+    if os.path.lexists(base) and (os.path.islink(base) or not os.path.isdir(base)):
+        log.warning("bytecode_store_damaged", path=base)
+        os.unlink(base)
     os.makedirs(base, exist_ok=True)
+    if os.path.lexists(out) and (os.path.islink(out) or not os.path.isdir(out)):
+        log.warning("bytecode_store_damaged", path=out)
+        os.unlink(out)
+        return False
     try:
         os.utime(out)
     except FileNotFoundError:

@@ -22,6 +22,7 @@ from .._boundary.forkserver import ForkServer
 from .._boundary.isolation import Isolation
 from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
+from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, Environment, ExecutionObservation
 from .._stages import grade
@@ -33,6 +34,8 @@ from .._stages.policy import declare
 from .._types import TestVerdict
 from .cache import DiskCache, Inflight, Memo, in_thread
 from .toolchain import LangToolchain, LangToolchains, Toolchain, Toolchains, resolve_python
+
+log = get_logger(__name__)
 
 #: Runs at once per core by default: a core's worth are busy, the rest may be waiting
 #: (sleeping, blocked, at a deadline) without holding a core (see `Admission`).
@@ -221,7 +224,14 @@ class Session:
             await in_thread(prune, base)
             return out
 
-        out, _ = await self._bytecode.run(key, make)
+        async def make_or_none() -> str | None:
+            try:
+                return await make()
+            except OSError as e:  # an unusable store: each run compiles what it imports
+                log.warning("bytecode_store_unusable", error=str(e))
+                return None
+
+        out, _ = await self._bytecode.run(key, make_or_none)
         return out
 
 
