@@ -478,6 +478,29 @@ async def test_scratch_roots_mounts_and_cgroups_are_gone_after_every_ending(scra
 
 
 @full_boundary
+async def test_scratch_roots_are_removed_after_the_observation_is_delivered(scratch_tmp: Path) -> None:
+    # Cleanup is off the observation's path (issue 20): the root still exists when
+    # on_observation is called, and is gone when observe_many returns — also when
+    # on_observation raises.
+    existed: list[bool] = []
+
+    def seen(i: int, obs: ExecutionObservation) -> None:
+        existed.append(os.path.isdir(obs.environment.fs_boundary.scratch_root))
+
+    await observe_many([snippet(f"print({i})") for i in range(4)], on_observation=seen)
+    assert existed == [True] * 4
+    assert scratch_roots(scratch_tmp) == [] and mounts_under(scratch_tmp) == []
+
+    def boom(i: int, obs: ExecutionObservation) -> None:
+        raise RuntimeError("a harness's callback failed")
+
+    with pytest.raises(BaseExceptionGroup) as info:
+        await observe_many([snippet("pass")], on_observation=boom)
+    assert info.group_contains(RuntimeError, match="callback failed")
+    assert scratch_roots(scratch_tmp) == [] and mounts_under(scratch_tmp) == []
+
+
+@full_boundary
 def test_stale_scratch_of_a_dead_aexec_is_swept(scratch_tmp: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid that no longer runs: the "aexec" that was SIGKILLed
