@@ -30,7 +30,9 @@ class Admission:
     joins, namespaces, the mount view, mostly waits in the kernel) holds
     ``STARTING_WEIGHT`` of a slot, so short runs overlap their start-up; once measured
     busy it holds a whole one, and no run is admitted while the measured-busy runs fill
-    the cores. Each run is held to its own core cap by its cgroup, so a sleeper that
+    the cores. The price: a burst of CPU-bound runs admitted while all were starting
+    (up to ``cpu_slots / STARTING_WEIGHT`` of them) shares the cores until one ends,
+    each getting at least ``STARTING_WEIGHT`` of a core. Each run is held to its own core cap by its cgroup, so a sleeper that
     wakes up shares cores for a while; it never gets more than its cap. Without a cgroup
     to measure, every run counts as busy.
     """
