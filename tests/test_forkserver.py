@@ -101,9 +101,22 @@ async def test_a_repo_shadowing_a_module_the_server_imported_runs_cold(
 
 
 def kill_servers() -> list[int]:
+    """SIGKILL our servers and wait until they are dead (zombies, not yet reaped): a
+    SIGKILLed interpreter may take a while to exit on a loaded machine, and the runs
+    that follow must find it dead, not dying."""
     pids = served_pids()
     for pid in pids:
         os.kill(pid, signal.SIGKILL)  # our own child, by the pid we started
+    deadline = time.monotonic() + 10
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                        break
+            except OSError:
+                break
+            time.sleep(0.005)
     return pids
 
 

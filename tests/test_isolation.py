@@ -177,6 +177,34 @@ async def test_writes_outside_the_scratch_root_fail_and_the_repo_is_untouched(ho
 
 
 @full_boundary
+async def test_every_mount_but_the_scratch_dirs_is_read_only_and_nosuid() -> None:
+    # The whole tree is made read-only at once (mount_setattr, AT_RECURSIVE) where the
+    # kernel has it: no mount of the view may be left out, masks and /proc included.
+    code = (
+        "import json, os\n"
+        "root = os.path.dirname(os.getcwd())\n"
+        "rows = [line.split() for line in open('/proc/self/mountinfo')]\n"
+        "print(json.dumps([root, [[r[4], r[5].split(',')] for r in rows]]))\n"
+    )
+    obs = await observe(snippet(code))
+    root, rows = json.loads(obs.stdout)
+    writable = (
+        "/tmp",
+        "/var/tmp",
+        "/dev/shm",
+        *(os.path.join(root, d) for d in ("work", "home", "tmp")),
+    )
+    assert len(rows) > 3
+    top = {point: opts for point, opts in rows}  # a covering mount is listed after what it covers
+    for point, opts in rows:
+        assert "nosuid" in opts, (point, opts)
+        if point in writable or point.startswith(os.path.join(root, ".aexec") + "/"):
+            assert "rw" in top[point], (point, top[point])
+        else:
+            assert "ro" in opts, (point, opts)
+
+
+@full_boundary
 async def test_hosts_tmp_is_the_scratch_tmp_inside(tmp_path: Path) -> None:
     name = f"aexec-hostile-{uuid.uuid4()}"
     obs = await observe(snippet(f"open('/tmp/{name}', 'w').write('x'); print(open('/tmp/{name}').read())"))
@@ -450,6 +478,29 @@ async def test_scratch_roots_mounts_and_cgroups_are_gone_after_every_ending(scra
 
 
 @full_boundary
+async def test_scratch_roots_are_removed_after_the_observation_is_delivered(scratch_tmp: Path) -> None:
+    # Cleanup is off the observation's path (issue 20): the root still exists when
+    # on_observation is called, and is gone when observe_many returns — also when
+    # on_observation raises.
+    existed: list[bool] = []
+
+    def seen(i: int, obs: ExecutionObservation) -> None:
+        existed.append(os.path.isdir(obs.environment.fs_boundary.scratch_root))
+
+    await observe_many([snippet(f"print({i})") for i in range(4)], on_observation=seen)
+    assert existed == [True] * 4
+    assert scratch_roots(scratch_tmp) == [] and mounts_under(scratch_tmp) == []
+
+    def boom(i: int, obs: ExecutionObservation) -> None:
+        raise RuntimeError("a harness's callback failed")
+
+    with pytest.raises(BaseExceptionGroup) as info:
+        await observe_many([snippet("pass")], on_observation=boom)
+    assert info.group_contains(RuntimeError, match="callback failed")
+    assert scratch_roots(scratch_tmp) == [] and mounts_under(scratch_tmp) == []
+
+
+@full_boundary
 def test_stale_scratch_of_a_dead_aexec_is_swept(scratch_tmp: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid that no longer runs: the "aexec" that was SIGKILLed
@@ -528,6 +579,32 @@ async def test_a_run_cannot_read_a_sibling_runs_scratch(
     _, got = await observe_many([owner, reader])
     seen, read = got.stdout.split(" ", 1)
     assert int(seen) >= 1, got.stdout  # the sibling was there to be read
+    assert read.strip() == "[]", got.stdout
+
+
+@full_boundary
+async def test_a_run_under_tmp_cannot_read_a_sibling_it_finds_in_mountinfo(scratch_tmp: Path) -> None:
+    # Under /tmp the siblings' scratch roots are covered by the run's own tmp, not
+    # detached one by one: their mount points are listed in mountinfo, and must lead nowhere.
+    owner = snippet("import time; open('secret.txt', 'w').write('s3cret'); time.sleep(4)")
+    reader = snippet(
+        "import os, time\n"
+        "root = os.path.dirname(os.getcwd())\n"
+        "seen, read = set(), []\n"
+        "for _ in range(60):\n"
+        "    for line in open('/proc/self/mountinfo'):\n"
+        "        point = line.split()[4]\n"
+        "        if os.path.basename(point).startswith('aexec-') and point != root:\n"
+        "            seen.add(point)\n"
+        "            for path in (os.path.join(point, 'work', 'secret.txt'), '/proc/1/root' + point + '/work/secret.txt'):\n"
+        "                try: read.append(open(path).read())\n"
+        "                except OSError: pass\n"
+        "    time.sleep(0.05)\n"
+        "print(len(seen), sorted(set(read)))\n"
+    )
+    _, got = await observe_many([owner, reader])
+    seen, read = got.stdout.split(" ", 1)
+    assert int(seen) >= 1, got.stdout  # the sibling's mount point was listed
     assert read.strip() == "[]", got.stdout
 
 

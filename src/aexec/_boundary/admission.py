@@ -3,11 +3,16 @@
 One CPU slot per core for busy runs, and more (up to a limit) for runs that wait:
 a run's busyness is read from its cgroup (`Cgroups.cpu_demand_s`). Waiting runs are
 admitted in the candidates' input order.
+
+No polling: a waiting run sleeps until something can change the answer — a run ends,
+a run is admitted (the next in order may go), or a running run's next sample is due
+(busyness changes without an event, so the wait is bounded by the earliest sample).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator
 
 import anyio
@@ -21,55 +26,89 @@ class Admission:
     A run holds a CPU slot while it is busy; one that has used (or waited for, see
     `Cgroups.cpu_demand_s`) less than half a core over the last ``SAMPLE_S`` (sleeping,
     blocked, waiting for its deadline) gives its slot to the next run, up to ``limit``
-    runs in all. Each run is held to its own core
-    cap by its cgroup, so a sleeper that wakes up shares cores for a while; it never
-    gets more than its cap. Without a cgroup to measure, every run counts as busy.
+    runs in all. A run that is still starting (its first ``FIRST_SAMPLE_S``: cgroup
+    joins, namespaces, the mount view, mostly waits in the kernel) holds
+    ``STARTING_WEIGHT`` of a slot, so short runs overlap their start-up; once measured
+    busy it holds a whole one, and no run is admitted while the measured-busy runs fill
+    the cores. The price: a burst of CPU-bound runs admitted while all were starting
+    (up to ``cpu_slots / STARTING_WEIGHT`` of them) shares the cores until one ends,
+    each getting at least ``STARTING_WEIGHT`` of a core. Each run is held to its own core cap by its cgroup, so a sleeper that
+    wakes up shares cores for a while; it never gets more than its cap. Without a cgroup
+    to measure, every run counts as busy.
     """
 
     SAMPLE_S = 0.2
-    #: A new run is judged this soon: start-up through the fork server takes ~40 ms,
-    #: and until then the run counts as busy.
+    #: A new run is judged this soon: start-up through the fork server takes ~40 ms.
     FIRST_SAMPLE_S = 0.06
-    POLL_S = 0.02
+    #: The share of a CPU slot a run holds until its first sample.
+    STARTING_WEIGHT = 0.5
+    #: The shortest wait for a sample that is due (a sample due now is taken at once).
+    MIN_WAIT_S = 0.002
 
     def __init__(self, cpu_slots: int, limit: int, cgroups: Cgroups | None) -> None:
         self.cpu_slots = max(1, min(cpu_slots, limit))
         self.limit = limit
         self.cgroups = cgroups
-        #: run -> (time of the last sample, CPU demand then, busy?, time of the next sample)
-        self._running: dict[str, tuple[float, float | None, bool, float]] = {}
+        #: run -> (time of the last sample, CPU demand then, busy?, time of the next sample,
+        #: still starting?)
+        self._running: dict[str, tuple[float, float | None, bool, float, bool]] = {}
         #: Runs waiting for a slot -> their order (lowest goes first).
         self._waiting: dict[str, int] = {}
+        #: Set (and replaced) whenever a run starts or ends: waiters look again.
+        self._changed: anyio.Event | None = None
 
-    def _busy(self, now: float) -> int:
-        busy = 0
-        for run, (then, used, was_busy, due) in list(self._running.items()):
-            if self.cgroups is not None and now >= due:
-                got = self.cgroups.cpu_demand_s(run)
-                if got is not None and used is not None:
-                    was_busy = (got - used) / (now - then) >= 0.5
-                self._running[run] = (now, got, was_busy, now + self.SAMPLE_S)
-            busy += was_busy
-        return busy
+    def _load(self, now: float) -> tuple[float, float]:
+        """(CPU slots held, time of the next sample due), sampling runs that are due."""
+        held, next_due = 0.0, math.inf
+        for run, (then, used, was_busy, due, starting) in list(self._running.items()):
+            if now >= due:
+                if self.cgroups is not None:
+                    got = self.cgroups.cpu_demand_s(run)
+                    if got is not None and used is not None:
+                        was_busy = (got - used) / (now - then) >= 0.5
+                    starting = False
+                    then, used, due = now, got, now + self.SAMPLE_S
+                else:
+                    due = math.inf  # nothing to measure: it stays busy
+            self._running[run] = (then, used, was_busy, due, starting)
+            if was_busy:
+                held += self.STARTING_WEIGHT if starting else 1.0
+            next_due = min(next_due, due)
+        return held, next_due
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     @contextlib.asynccontextmanager
     async def slot(self, run: str, order: int = 0) -> AsyncIterator[None]:
         """Hold a slot for ``run``; waiting runs go in ``order`` (the candidates' input
-        order), not in whichever order their tasks happen to poll."""
+        order), not in whichever order their tasks happen to wake up."""
         self._waiting[run] = order
         try:
-            # Polled: a run's CPU use changes without any event to wait for.
-            while (  # noqa: ASYNC110
-                order > min(self._waiting.values())
-                or len(self._running) >= self.limit
-                or self._busy(anyio.current_time()) >= self.cpu_slots
-            ):
-                await anyio.sleep(self.POLL_S)
+            while True:
+                wait: float | None = None  # until a run starts or ends
+                if order <= min(self._waiting.values()) and len(self._running) < self.limit:
+                    now = anyio.current_time()
+                    held, next_due = self._load(now)
+                    if held + (self.STARTING_WEIGHT if self.cgroups is not None else 1.0) <= self.cpu_slots:
+                        break
+                    if next_due < math.inf:
+                        wait = max(self.MIN_WAIT_S, next_due - now)  # busyness has no event
+                if self._changed is None:
+                    self._changed = anyio.Event()
+                changed = self._changed
+                with anyio.move_on_after(math.inf if wait is None else wait):
+                    await changed.wait()
         finally:
             del self._waiting[run]
+            self._notify()  # the next in order may go (also if this one was cancelled)
         now = anyio.current_time()
-        self._running[run] = (now, 0.0, True, now + self.FIRST_SAMPLE_S)  # starting up is CPU work
+        # Starting up is CPU work until measured otherwise.
+        self._running[run] = (now, 0.0, True, now + self.FIRST_SAMPLE_S, True)
         try:
             yield
         finally:
             del self._running[run]
+            self._notify()

@@ -27,7 +27,9 @@ from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, ExecutionObservation
 from .._stages.classify import Classification, Runner
+from .._stages.plan import Scratch
 from .cache import in_thread
+from .run import DEFERRED_CLEANUP, remove_deferred
 from .session import WAITING_RUNS_PER_CORE, Session, selections
 from .toolchain import LangToolchains, Toolchain, Toolchains
 from .witness import observe_one, unobservable
@@ -172,17 +174,27 @@ class Observer:
         send.close()
 
         async def worker() -> None:
-            async for i in receive:
-                classification, runner = checked[i]
-                try:
-                    job = await session.job(i, items[i], classification, runner)
-                    obs = await observe_one(session, job)
-                except Exception as e:
-                    obs = unobservable(items[i], classification, e, self.version)
-                    log.error("observation_failed", candidate=items[i].id, error=obs.error)
-                results[i] = obs
-                if on_observation is not None:
-                    on_observation(i, obs)
+            # A candidate's scratch roots are removed after its observation is
+            # delivered, not on its way (issue 20): latency, not less cleanup.
+            leftover: list[Scratch] = []
+            DEFERRED_CLEANUP.set(leftover)
+            try:
+                async for i in receive:
+                    classification, runner = checked[i]
+                    try:
+                        job = await session.job(i, items[i], classification, runner)
+                        obs = await observe_one(session, job)
+                    except Exception as e:
+                        obs = unobservable(items[i], classification, e, self.version)
+                        log.error("observation_failed", candidate=items[i].id, error=obs.error)
+                    results[i] = obs
+                    try:
+                        if on_observation is not None:
+                            on_observation(i, obs)
+                    finally:
+                        await remove_deferred(leftover)
+            finally:
+                await remove_deferred(leftover)
 
         with receive:
             async with anyio.create_task_group() as tg:

@@ -4,7 +4,8 @@ The shell around the pure `plan`: it makes the scratch root and the view (with t
 repo's compiled bytecode and the patch), gathers what only I/O can tell, writes the
 plan's instructions to the wire, hands the run to the session's `Supervisor` when
 admission lets it start, and parses what came back. Every filesystem walk runs in a
-worker thread; the scratch root is removed, shielded, whatever happens.
+worker thread; the scratch root is removed, shielded, whatever happens (by the caller,
+right after the observation is delivered, when it sets `DEFERRED_CLEANUP`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -151,6 +153,13 @@ def _changes(
     return describe_changes(before, after), listed, omitted
 
 
+#: Set (to a list) by a caller that delivers the observation first and removes the
+#: scratch roots after (`Observer.observe_checked`, issue 20): `run_once` then leaves
+#: its root in the list instead of removing it on the observation's path. Unset, it
+#: removes its root itself, as before.
+DEFERRED_CLEANUP: ContextVar[list[Scratch] | None] = ContextVar("aexec_deferred_cleanup", default=None)
+
+
 async def run_once(
     session: Session, job: Job, *, patch: str | None, touched: list[str], oracle: list[str] | None = None
 ) -> tuple[Run, bool] | PatchError:
@@ -284,5 +293,23 @@ async def run_once(
         )
         return run, config_changed
     finally:
+        deferred = DEFERRED_CLEANUP.get()
+        if deferred is not None:
+            deferred.append(scratch)  # removed by the caller once the observation is out
+        else:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(remove_scratch, scratch)
+
+
+def _remove_all(scratches: list[Scratch]) -> None:
+    for scratch in scratches:
+        remove_scratch(scratch)
+
+
+async def remove_deferred(scratches: list[Scratch]) -> None:
+    """Remove the scratch roots `run_once` left in ``scratches`` (shielded, one thread hop)."""
+    if scratches:
+        todo = list(scratches)
+        scratches.clear()
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(remove_scratch, scratch)
+            await anyio.to_thread.run_sync(_remove_all, todo)
