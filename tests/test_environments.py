@@ -82,7 +82,8 @@ def _address(nodeid: str) -> tuple[str, str]:
 
 def plain_pytest(python: str, repo: Path, args: list[str], tmp: Path) -> dict[tuple[str, str], str]:
     """Per-test verdicts of a plain ``python -m pytest ARGS`` on a copy of ``repo``, read
-    from its junit XML (collection errors, which name no test, are left out)."""
+    from its junit XML (a collector pytest could not collect is one ``error`` testcase
+    there, as it is one ``errored`` entry of aexec's ``test_results``)."""
     copy = tmp / f"plain-{repo.name}"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(repo, copy)
@@ -93,8 +94,6 @@ def plain_pytest(python: str, repo: Path, args: list[str], tmp: Path) -> dict[tu
     )
     out: dict[tuple[str, str], str] = {}
     for case in ET.parse(xml).iter("testcase"):
-        if not case.get("classname"):
-            continue
         tags = {child.tag for child in case}
         verdict = (
             "errored"
@@ -289,7 +288,8 @@ async def test_a_module_the_interpreter_lacks_is_env_broken_pristine_and_patched
     bare_python: str, make_repo: MakeRepo, tmp_path: Path
 ) -> None:
     repo = make_repo(MISSING)
-    assert plain_pytest(bare_python, repo, ["tests"], tmp_path) == {}  # nothing runs in plain pytest either
+    plain = plain_pytest(bare_python, repo, ["tests"], tmp_path)
+    assert plain == {("", "tests.test_lib"): "errored"}  # no test runs in plain pytest either
     fix = diff("lib.py", LIB, "def double(x):\n    return x + x\n")
     for patch in (None, fix):
         obs = await observe(
@@ -305,7 +305,7 @@ async def test_a_module_the_interpreter_lacks_is_env_broken_pristine_and_patched
             and obs.env_fault.pristine_failures[0].failure_class == "dependency"
         )
         assert obs.failure is not None and obs.failure.failure_class == "dependency"  # the run's own evidence
-        assert obs.test_results == ()
+        assert verdicts(obs) == plain  # the module, errored, and no test that ran
 
 
 @pytest.mark.slow

@@ -83,7 +83,8 @@ def touches_suite_oracle(
 
 
 def ran_tests(tests: Iterable[ParsedTest]) -> int:
-    return sum(1 for t in tests if t.verdict != "skipped")
+    """Tests that ran: neither skipped nor a collector listed for its collection error."""
+    return sum(1 for t in tests if t.verdict != "skipped" and not t.collection)
 
 
 def reconcile(first: Evidence, second: Evidence) -> tuple[Evidence, bool]:
@@ -93,7 +94,9 @@ def reconcile(first: Evidence, second: Evidence) -> tuple[Evidence, bool]:
     if a == b and not failures(second, 0.0):
         return first, True
     merged = {n: max(a.get(n, "errored"), b.get(n, "errored"), key=_WORSE.__getitem__) for n in a | b}
-    return attrs.evolve(second, tests=tuple(ParsedTest(n, v) for n, v in merged.items())), False
+    collectors = {t.nodeid for t in (*first.tests, *second.tests) if t.collection}
+    tests = tuple(ParsedTest(n, v, collection=n in collectors) for n, v in merged.items())
+    return attrs.evolve(second, tests=tests), False
 
 
 def same_tests(first: Evidence, second: Evidence) -> bool:

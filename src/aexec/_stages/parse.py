@@ -59,6 +59,11 @@ class RaisedError:
 class ParsedTest:
     nodeid: str
     verdict: TestVerdict
+    #: A collector pytest could not collect (a module that failed to import, ...): listed
+    #: ``errored`` under its collect report's node id, as pytest's junit XML lists it,
+    #: but not a test that ran (`aexec._stages.assemble.ran_tests`) and not a failure of
+    #: its own (the collection error's exception is).
+    collection: bool = False
 
 
 @attrs.frozen
@@ -235,6 +240,7 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         tests[in_flight] = "errored"  # killed (or died) while it ran
     else:
         in_flight = None
+    uncollected = [n for n in collect_errors if n not in tests]
     failed_exit = (exit_code not in (0, None)) or signal is not None
     if not errors and failed_exit and runner in ("command", "snippet") and not raw.timed_out:
         found = traceback_from_text(raw.stderr, cwd)
@@ -254,7 +260,8 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         signal=signal,
         timed_out=raw.timed_out,
         duration=raw.duration,
-        tests=tuple(ParsedTest(n, v) for n, v in tests.items()),
+        tests=tuple(ParsedTest(n, v) for n, v in tests.items())
+        + tuple(ParsedTest(n, "errored", collection=True) for n in uncollected),
         errors=tuple(errors),
         in_flight=in_flight,
         pytest_exit=pytest_exit,
