@@ -264,6 +264,47 @@ async def test_xdist_timeout_and_hypothesis_from_addopts(
     assert obs.verdict == "fail"
 
 
+@pytest.fixture(scope="session")
+def pytest83_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A venv with a pytest older than 8.4 (whose assertion-rewriting hook cannot be made
+    before a configuration is read) and a plugin, as real projects pin them."""
+    return _venv(tmp_path_factory.mktemp("venv") / "pytest83", "pytest==8.3.3", "pytest-asyncio==0.23.8")
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_cache_options_in_addopts_and_warnings_as_errors_under_an_older_pytest(
+    pytest83_python: str, make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    """Seen in the equivalence corpus (async-lru, aiosignal, httpcore): ``--cache-clear``
+    in addopts (the cache provider's option: it must stay loaded), and under pytest < 8.4
+    a plugin the warm server imported made the run's pytest warn "Module already imported
+    so cannot be rewritten", an error under ``filterwarnings = error``."""
+    repo = make_repo(
+        {
+            "setup.cfg": """
+                [tool:pytest]
+                addopts = --cache-clear
+                asyncio_mode = auto
+                filterwarnings = error
+            """,
+            "lib.py": LIB,
+            "tests/test_lib.py": """
+                from lib import double
+
+                async def test_two():
+                    assert double(2) == 4
+
+                def test_three():
+                    assert double(3) == 7
+            """,
+        }
+    )
+    obs = await _agrees(pytest83_python, repo, ["tests/test_lib.py"], tmp_path)
+    assert obs.verdict == "fail" and not obs.flags.env_broken
+    assert obs.failure is not None and obs.failure.failure_class == "assertion"
+
+
 MISSING = {
     "lib.py": LIB,
     "tests/test_lib.py": """

@@ -716,8 +716,7 @@ def preload_pytest() -> None:
     import _pytest.config
 
     for name in _pytest.config.default_plugins:
-        if name != "cacheprovider":  # runs disable it: a cold run never imports it
-            importlib.import_module(f"_pytest.{name}")
+        importlib.import_module(f"_pytest.{name}")
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return
     import importlib.metadata
@@ -733,7 +732,13 @@ def preload_pytest() -> None:
         hook = _pytest.assertion.install_importhook(config)
         config._mark_plugins_for_rewrite(hook, False)
     except Exception:
-        pass  # an older pytest: its plugins are imported plainly
+        # An older pytest (< 8.4: the hook reads the ini at once): a plugin imported
+        # plainly here would make the run's pytest warn "Module already imported so
+        # cannot be rewritten" (an error under ``filterwarnings = error``), as a cold
+        # run never does. Leave the plugins to the run.
+        if hook is not None and hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        return
     try:
         for dist in importlib.metadata.distributions():
             for ep in dist.entry_points:
