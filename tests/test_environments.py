@@ -351,6 +351,29 @@ async def test_a_module_the_interpreter_lacks_is_env_broken_pristine_and_patched
 
 @pytest.mark.slow
 @pytest.mark.anyio
+async def test_a_conftest_importing_what_the_interpreter_lacks_is_a_missing_module(
+    bare_python: str, make_repo: MakeRepo
+) -> None:
+    """pytest stops at the conftest with status 4, not a usage error of the request: the
+    exception read from its report makes the kind ``missing_module``."""
+    repo = make_repo(
+        {
+            "lib.py": LIB,
+            "tests/conftest.py": "import aexec_not_installed_anywhere\n",
+            "tests/test_lib.py": MISSING["tests/test_other.py"],
+        }
+    )
+    obs = await observe(
+        Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests"], python=bare_python)
+    )
+    assert obs.verdict == "error" and obs.flags.env_broken, (obs.verdict, obs.failure)
+    assert obs.env_fault is not None and obs.env_fault.kind == "missing_module", obs.env_fault
+    assert obs.failure is not None and obs.failure.failure_class == "dependency"
+    assert obs.failure.location == "tests/conftest.py:1"
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
 async def test_a_candidate_that_breaks_collection_itself_is_charged(
     bare_python: str, make_repo: MakeRepo
 ) -> None:

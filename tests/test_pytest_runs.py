@@ -86,6 +86,39 @@ async def test_module_level_faults_at_collection(make_repo: MakeRepo, top: str, 
     assert obs.verdict == "fail"
 
 
+@pytest.mark.parametrize(
+    ("top", "klass"),
+    [
+        ("x = (\n", "syntax"),
+        ("RATE = UNDEFINED\n", "compile"),
+        ("import aexec_missing_module\n", "dependency"),
+    ],
+)
+async def test_module_level_faults_in_what_a_conftest_imports(
+    make_repo: MakeRepo, top: str, klass: str
+) -> None:
+    """pytest exits with status 4 ("ImportError while loading conftest") before any hook
+    sees the exception: it is read from pytest's report, classified and located as a
+    collection error would be (seen in the equivalence corpus: semver's conftest imports
+    the package)."""
+    repo = make_repo({**MIXED, "tests/conftest.py": "from lib import double\n"})
+    lib = (repo / "lib.py").read_text()
+    obs = await observe(
+        Candidate(
+            "run_suite",
+            "patch",
+            repo=str(repo),
+            tests=["tests/test_mixed.py"],
+            patch=diff("lib.py", lib, top + lib),
+        )
+    )
+    assert obs.verdict == "fail" and not obs.flags.env_broken, (obs.verdict, obs.error)
+    assert obs.failure is not None and obs.failure.failure_class == klass, obs.stderr
+    assert obs.failure.location.startswith("lib.py:"), obs.failure
+    assert obs.failure.message.startswith("tests/conftest.py: ")
+    assert obs.test_results == ()  # plain pytest's junit lists no testcase either
+
+
 async def test_a_module_that_fails_to_import_is_listed_errored_under_its_collect_nodeid(
     make_repo: MakeRepo,
 ) -> None:

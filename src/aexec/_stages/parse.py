@@ -203,6 +203,32 @@ def collect_error(nodeid: str, text: str) -> RaisedError | None:
     )
 
 
+_CONFTEST = re.compile(r"^ImportError while loading conftest '(?P<path>[^']+)'\.$", re.M)
+_SHORT_FRAME = re.compile(r"^(?P<file>[^\s:][^:]*\.py):(?P<line>\d+): in (?P<name>\S+)$")
+_E_FILE = re.compile(r'^E\s+File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def conftest_error(stderr: str, cwd: str) -> RaisedError | None:
+    """The exception of a ``conftest.py`` pytest could not import, from the report pytest
+    prints before it exits with status 4 ("ImportError while loading conftest ..."): no
+    hook sees it. Its frames are pytest's short traceback (and a syntax error's own
+    ``File "...", line N``); its node id is the conftest's path."""
+    m = _CONFTEST.search(stderr)
+    if m is None:
+        return None
+    text = stderr[m.end() :]
+    found = collect_error(_display(m["path"], cwd, None), text)
+    if found is None:
+        return None
+    frames = []
+    for line in text.splitlines():
+        fm = _SHORT_FRAME.match(line) or _E_FILE.match(line)
+        if fm:
+            name = fm.groupdict().get("name") or "<module>"
+            frames.append(Frame(_display(fm["file"], cwd, None), int(fm["line"]), name))
+    return attrs.evolve(found, frames=tuple(frames[-FRAME_CAP:]))
+
+
 def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evidence:
     """Turn raw artifacts into structured evidence. Same input, same output."""
     errors: list[RaisedError] = []
@@ -235,6 +261,10 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         unraised = None if nodeid in raised else collect_error(nodeid, text)
         if unraised is not None:
             errors.append(unraised)
+    if runner == "pytest" and pytest_exit == 4 and not errors:
+        conftest = conftest_error(raw.stderr, cwd)
+        if conftest is not None:
+            errors.append(conftest)
     in_flight = next((n for n in reversed(started) if n not in tests), None)
     if in_flight is not None and (raw.timed_out or pytest_exit is None):
         tests[in_flight] = "errored"  # killed (or died) while it ran
