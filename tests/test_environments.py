@@ -370,6 +370,16 @@ async def test_a_conftest_importing_what_the_interpreter_lacks_is_a_missing_modu
     assert obs.env_fault is not None and obs.env_fault.kind == "missing_module", obs.env_fault
     assert obs.failure is not None and obs.failure.failure_class == "dependency"
     assert obs.failure.location == "tests/conftest.py:1"
+    # a conftest of the repo's own that does not even parse: pytest refuses to start,
+    # on the unpatched repo as on the candidate's, as before its exception was read
+    broken = make_repo({**MISSING, "tests/conftest.py": "x = (\n"})
+    obs = await observe(
+        Candidate(
+            "run_suite", "test_subset", repo=str(broken), tests=["tests/test_other.py"], python=bare_python
+        )
+    )
+    assert obs.flags.env_broken and obs.env_fault is not None and obs.env_fault.kind == "usage", obs.env_fault
+    assert obs.failure is not None and obs.failure.failure_class == "syntax"
 
 
 @pytest.mark.slow

@@ -39,7 +39,8 @@ class RaisedError:
     bases: tuple[str, ...]
     message: str
     frames: tuple[Frame, ...]
-    #: Where it was raised: ``collect setup call teardown`` (pytest), ``run`` (a snippet),
+    #: Where it was raised: ``collect setup call teardown`` (pytest; ``conftest``: a
+    #: conftest pytest could not import at start), ``run`` (a snippet),
     #: ``compile``/``import`` (a build check), ``spawn``, or ``stderr`` (read from text).
     phase: str
     nodeid: str | None = None
@@ -127,7 +128,7 @@ def _error(rec: ExceptionRecord, cwd: str, snippet: str | None) -> RaisedError:
         phase=phase,
         nodeid=rec.get("nodeid") if isinstance(rec.get("nodeid"), str) else None,
         errno=rec.get("errno") if isinstance(rec.get("errno"), int) else None,
-        at_import=phase in ("collect", "import") or _at_import(frames),
+        at_import=phase in ("collect", "import", "conftest") or _at_import(frames),
     )
 
 
@@ -226,7 +227,7 @@ def conftest_error(stderr: str, cwd: str) -> RaisedError | None:
         if fm:
             name = fm.groupdict().get("name") or "<module>"
             frames.append(Frame(_display(fm["file"], cwd, None), int(fm["line"]), name))
-    return attrs.evolve(found, frames=tuple(frames[-FRAME_CAP:]))
+    return attrs.evolve(found, frames=tuple(frames[-FRAME_CAP:]), phase="conftest")
 
 
 def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evidence:
