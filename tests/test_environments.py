@@ -257,11 +257,22 @@ async def test_xdist_timeout_and_hypothesis_from_addopts(
 
                 def test_wrong():
                     assert double(1) == 3
+
+                def test_raises():
+                    raise ValueError("boom")
             """,
         }
     )
     obs = await _agrees(plugin_python, repo, ["tests/test_props.py"], tmp_path)
     assert obs.verdict == "fail"
+    # the workers' exceptions are relayed from their reports, classified as in one process
+    found = {f.message.split(": ", 1)[0]: (f.failure_class, f.message) for f in obs.failures}
+    assert found["tests/test_props.py::test_raises"] == (
+        "runtime",
+        "tests/test_props.py::test_raises: ValueError: boom",
+    ), found
+    assert found["tests/test_props.py::test_wrong"][0] == "assertion"
+    assert obs.failure is not None and obs.failure.failure_class == "assertion"
 
 
 @pytest.fixture(scope="session")

@@ -399,6 +399,38 @@ class Reporter:
             verdict = "errored" if report.failed and prior in (None, "passed") else prior
         if verdict is not None:
             self.verdicts[report.nodeid] = verdict
+        if report.failed and getattr(report, "node", None) is not None:
+            self.relay(report)  # a pytest-xdist worker's: its exception never reaches this process
+
+    def relay(self, report: Any) -> None:
+        """The exception of a worker's failed report, from its crash line (``Type: message``,
+        or a rewritten assert's ``assert ...``): its type's MRO is known for builtins only."""
+        import builtins
+        import re
+
+        crash: Any = getattr(report.longrepr, "reprcrash", None)
+        text = str(getattr(crash, "message", "") or "")
+        name, sep, message = text.partition(": ")
+        if text.startswith("assert ") or text == "assert":
+            name, message = "AssertionError", text
+        elif not re.fullmatch(r"[A-Za-z_][\w.]*", name) or not (sep or name == text):
+            return
+        cls = getattr(builtins, name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            bases = [qualname(c) for c in cls.__mro__]
+        else:
+            bases = [name if "." in name else f"builtins.{name}"]  # pytest's Failed is "builtins"
+        frames = [[str(crash.path), int(crash.lineno or 0), ""]] if getattr(crash, "path", None) else []
+        self.report.write(
+            "exception",
+            phase=report.when,
+            nodeid=report.nodeid,
+            type=bases[0],
+            bases=bases,
+            message=message[:MESSAGE_CAP],
+            errno=None,
+            frames=frames,
+        )
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         self.report.write("test", nodeid=nodeid, verdict=self.verdicts.get(nodeid, "errored"))
