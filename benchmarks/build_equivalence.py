@@ -15,7 +15,8 @@ against site-packages). It then writes ``DIR/cases.jsonl`` in aexec's request fo
 
 * ``pristine``: the selection as shipped -> ``pass``;
 * ``fault-raise``: ``raise RuntimeError`` inserted in a function the selection
-  exercises -> ``fail``/``runtime``;
+  exercises -> ``fail``/``runtime`` (or the project's ``raise_class``: ``assertion`` when
+  a test's assert sees the effect, which comes first in the spec's order);
 * ``fault-syntax``: a broken ``def`` appended to that module -> ``fail``/``syntax``;
 * ``fault-import``: ``import aexec_equivalence_missing_module`` after the module's
   imports -> ``fail``/``dependency``;
@@ -25,8 +26,8 @@ against site-packages). It then writes ``DIR/cases.jsonl`` in aexec's request fo
 * ``repair``: the reverse of ``bug`` applied to ``<repo>-buggy`` (the sdist with the bug
   baked in) -> ``pass`` with ``f2p`` exactly the tests plain pytest sees fail on the
   buggy tree and pass on the repaired one;
-* ``tamper``: ``bug`` plus a module-level skip appended to a selected test file ->
-  ``tampered``;
+* ``tamper``: ``bug`` plus a module-level skip appended to every selected test file ->
+  ``tampered`` (with no failure left to show: plain pytest skips every test);
 * ``empty``: a selection (a module of the project) that collects no test ->
   ``empty_success``;
 * for a project with ``command_opts``: ``cmd-pristine``, ``cmd-bug``, ``cmd-repair`` as
@@ -128,15 +129,17 @@ class Project:
     func: str
     #: the bug: ``old`` -> ``new``, exactly once inside ``func``
     bug: tuple[str, str]
-    #: a selected test file the tampering patch edits
+    #: the selected test file the tampering patch edits first (then every other one)
     tamper: str
     #: a selector that collects no test
     empty: str
     #: distributions to uninstall after the install (default: the project itself)
     uninstall: tuple[str, ...] | None = None
     why: str = ""
-    #: the failure class the bug shows (checked against plain pytest's junit messages)
+    #: the failure classes the bug and the injected raise show (checked against plain
+    #: pytest's junit messages)
     bug_class: str = "assertion"
+    raise_class: str = "runtime"
     #: pytest options of an extra case set run as a ``command`` artifact
     #: (``python -m pytest <options> <tests>``): pristine, bug and repair
     command_opts: tuple[str, ...] = ()
@@ -194,6 +197,8 @@ PROJECTS: tuple[Project, ...] = (
         "tests/test_models.py",
         "tests/concurrency.py",
         why="@pytest.mark.anyio under --strict-markers --strict-config",
+        # the injected raise empties a trace a test asserts on: assertion comes first
+        raise_class="assertion",
     ),
     Project(
         "cookiecutter",
@@ -608,11 +613,14 @@ def label(verdict: str, cls: str | None, f2p: list[str] | None = None) -> dict:
 def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list[dict]:
     src_text = (repo / p.src).read_text()
     bugged = replace_in_function(src_text, p.func, *p.bug)
-    tamper_text = (repo / p.tamper).read_text()
-    tampered = tamper_text.rstrip("\n") + (
+    skip = (
         "\n\n\nimport pytest as _aexec_tamper_pytest  # noqa: E402\n\n"
         'pytestmark = _aexec_tamper_pytest.mark.skip(reason="tampered")\n'
     )
+    tamper_edits = {
+        f: ((repo / f).read_text(), (repo / f).read_text().rstrip("\n") + skip)
+        for f in dict.fromkeys((p.tamper, *p.tests))
+    }
     patches = {
         "fault-raise": make_patch({p.src: (src_text, raise_in_function(src_text, p.func))}),
         "fault-syntax": make_patch(
@@ -622,7 +630,7 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
             {p.src: (src_text, insert_after_imports(src_text, f"import {MISSING_MODULE}"))}
         ),
         "bug": make_patch({p.src: (src_text, bugged)}),
-        "tamper": make_patch({p.src: (src_text, bugged), p.tamper: (tamper_text, tampered)}),
+        "tamper": make_patch({p.src: (src_text, bugged), **tamper_edits}),
     }
     # the buggy repo: the sdist with the bug baked in, for the repair case
     buggy = repo.parent / f"{p.key}-buggy"
@@ -644,7 +652,7 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
             "repo": rel(repo),
             "tests": tests,
             "patch": patches["fault-raise"],
-            "label": label("fail", "runtime"),
+            "label": label("fail", p.raise_class),
         },
         {
             "id": f"{p.key}/fault-syntax",
@@ -738,7 +746,8 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
                 if c["id"].endswith("/repair")
                 else referee(out / c["repo"], c.get("patch"), referee_args(c), str(py))
             )
-            why = check_label(c["label"], r, bug=c["id"].endswith("bug"))
+            bug = c["id"].endswith("bug")
+            why = check_label(c["label"], r, bug=bug, check_class=bug or c["id"].endswith("fault-raise"))
             if why:
                 problems.append(f"{c['id']}: {why}\n{r.output[-2500:]}")
             else:
@@ -748,9 +757,10 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
     return cases
 
 
-def check_label(lab: dict, r: RefereeRun, *, bug: bool = False) -> str | None:
+def check_label(lab: dict, r: RefereeRun, *, bug: bool = False, check_class: bool = False) -> str | None:
     """Why plain pytest's run contradicts the label, or None (``bug``: the case is a
-    bug's, whose class is checked too)."""
+    bug's, which injects no text; ``check_class``: the failure class is checked against
+    the junit messages too)."""
     bad = {k: v for k, v in r.verdicts.items() if v in ("failed", "errored")}
     v = lab["verdict"]
     if r.timed_out:
@@ -771,16 +781,18 @@ def check_label(lab: dict, r: RefereeRun, *, bug: bool = False) -> str | None:
         cls = lab["failure_class"]
         if cls in want and want[cls] not in text and not (cls == "runtime" and bug):
             return f"expected {want[lab['failure_class']]!r} in plain pytest's output"
-        if bug:
-            # a bug's class, from the junit messages of what failed: ``assertion`` when an
-            # assert (or a doctest's expected output) caught it, else ``runtime``
+        if check_class:
+            # a bug's (or an injected raise's) class, from the junit messages of what failed: ``assertion`` when an
+            # assert (a doctest's expected output, ``pytest.raises``'s "DID NOT RAISE")
+            # caught it, else ``runtime``
             msgs = [r.messages.get(k, "") for k in bad]
-            caught = any(m.startswith(("assert", "AssertionError", "[doctest]")) for m in msgs)
+            caught = any(m.startswith(("assert", "AssertionError", "[doctest]", "Failed:")) for m in msgs)
             seen = "assertion" if caught else "runtime"
             if seen != lab["failure_class"]:
-                return f"the bug is {seen!r} in plain pytest's junit ({msgs[:3]}), labelled {lab['failure_class']!r}"
-    elif v == "tampered":
-        pass  # a tampered run may pass or fail: the patch edits a selected test, that is the label
+                return f"the failure is {seen!r} in plain pytest's junit ({msgs[:3]}), labelled {cls!r}"
+    elif v == "tampered" and bad:
+        # the label's class is None: the tampering must hide every failure of the bug
+        return f"expected every test skipped, {len(bad)} failed/errored"
     return None
 
 
