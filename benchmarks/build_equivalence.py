@@ -15,19 +15,29 @@ against site-packages). It then writes ``DIR/cases.jsonl`` in aexec's request fo
 
 * ``pristine``: the selection as shipped -> ``pass``;
 * ``fault-raise``: ``raise RuntimeError`` inserted in a function the selection
-  exercises -> ``fail``/``runtime``;
+  exercises -> ``fail``/``runtime`` (or the project's ``raise_class``: ``assertion`` when
+  a test's assert sees the effect, which comes first in the spec's order);
 * ``fault-syntax``: a broken ``def`` appended to that module -> ``fail``/``syntax``;
 * ``fault-import``: ``import aexec_equivalence_missing_module`` after the module's
   imports -> ``fail``/``dependency``;
 * ``bug``: a one-token change of behaviour in that function -> ``fail``/``assertion``
-  (a changed result, caught by an ``assert`` or a doctest's expected output);
+  (a changed result, caught by an ``assert`` or a doctest's expected output), or the
+  project's ``bug_class`` (``runtime``: the changed code raises inside the test);
 * ``repair``: the reverse of ``bug`` applied to ``<repo>-buggy`` (the sdist with the bug
   baked in) -> ``pass`` with ``f2p`` exactly the tests plain pytest sees fail on the
   buggy tree and pass on the repaired one;
-* ``tamper``: ``bug`` plus a module-level skip appended to a selected test file ->
-  ``tampered``;
+* ``tamper``: ``bug`` plus a module-level skip appended to every selected test file ->
+  ``tampered`` (with no failure left to show: plain pytest skips every test);
 * ``empty``: a selection (a module of the project) that collects no test ->
-  ``empty_success``.
+  ``empty_success``;
+* for a project with ``command_opts``: ``cmd-pristine``, ``cmd-bug``, ``cmd-repair`` as
+  ``command`` artifacts ``python -m pytest <command_opts> <tests>`` (the referee runs the
+  same arguments).
+
+Every case declares ``policy.timeout_s`` = the referee's own deadline (300 s): a patched
+``run_suite`` is ``targeted_execution`` by the §3.1 table, whose default deadline (30 s)
+is shorter than a hypothesis-heavy selection run twice (before and after) may need on
+a loaded machine; plain pytest has no deadline but the referee's.
 
 Unless ``--no-verify``, each label is checked with the plain toolchain: ``python -m
 pytest <selection> --junitxml=...`` in the project's venv on a scratch copy with the
@@ -58,12 +68,15 @@ hyperlink          21.0.0    ``doctest_optionflags``; a src layout whose tests l
                              health checks under today's hypothesis: not selected)
 django-crispy-forms 2.3      pytest-django (``DJANGO_SETTINGS_MODULE`` in
                              ``[tool.pytest.ini_options]``, ``settings`` fixture)
-jaraco.functools   4.0.1     doctest-heavy: ``--doctest-modules`` and
-                             ``--import-mode importlib`` in a ``pytest.ini``,
-                             ``consider_namespace_packages``, a namespace package
-idna               3.7       a unittest-only suite (``unittest.TestCase``); pytest-xdist
-                             installed in its venv (not in addopts: no small sdist we
-                             found ships ``-n auto`` in its own configuration)
+jaraco.functools   4.0.1     ``--doctest-modules`` and ``--import-mode importlib`` in a
+                             ``pytest.ini``, ``consider_namespace_packages``, a namespace
+                             package (the patched module is not selected: its doctests
+                             would make every patch to it an edit of a selected test
+                             file, i.e. tampering)
+idna               3.7       a unittest-only suite (``unittest.TestCase``); pytest-xdist:
+                             no small sdist we found ships ``-n auto`` in its own
+                             configuration, so three more cases run ``python -m pytest
+                             -n 2 <tests>`` as a ``command`` artifact
 jsonpointer        3.0.0     a unittest-only single-module project (``tests.py``
                              beside ``jsonpointer.py``), no pytest configuration at all
 simplejson         3.19.2    unittest suite inside the package; its C speedups tests
@@ -116,13 +129,20 @@ class Project:
     func: str
     #: the bug: ``old`` -> ``new``, exactly once inside ``func``
     bug: tuple[str, str]
-    #: a selected test file the tampering patch edits
+    #: the selected test file the tampering patch edits first (then every other one)
     tamper: str
     #: a selector that collects no test
     empty: str
     #: distributions to uninstall after the install (default: the project itself)
     uninstall: tuple[str, ...] | None = None
     why: str = ""
+    #: the failure classes the bug and the injected raise show (checked against plain
+    #: pytest's junit messages)
+    bug_class: str = "assertion"
+    raise_class: str = "runtime"
+    #: pytest options of an extra case set run as a ``command`` artifact
+    #: (``python -m pytest <options> <tests>``): pristine, bug and repair
+    command_opts: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -177,6 +197,8 @@ PROJECTS: tuple[Project, ...] = (
         "tests/test_models.py",
         "tests/concurrency.py",
         why="@pytest.mark.anyio under --strict-markers --strict-config",
+        # the injected raise empties a trace a test asserts on: assertion comes first
+        raise_class="assertion",
     ),
     Project(
         "cookiecutter",
@@ -228,14 +250,14 @@ PROJECTS: tuple[Project, ...] = (
         "jaraco.functools",
         "4.0.1",
         ("jaraco.functools==4.0.1", PYTEST, "jaraco.classes==3.4.0"),
-        ("test_functools.py", "jaraco/functools/__init__.py"),
+        ("test_functools.py",),
         "jaraco/functools/__init__.py",
-        "compose",
-        ("f1(f2(*args, **kwargs))", "f2(f1(*args, **kwargs))"),
+        "retry_call",
+        ("cleanup()", "None"),
         "test_functools.py",
         "conftest.py",
         uninstall=("jaraco.functools",),
-        why="doctest-heavy; --doctest-modules, --import-mode importlib in pytest.ini",
+        why="--doctest-modules, --import-mode importlib, consider_namespace_packages in pytest.ini",
     ),
     Project(
         "idna",
@@ -247,7 +269,9 @@ PROJECTS: tuple[Project, ...] = (
         ("if label[2:4] == '--':", "if label[1:3] == '--':"),
         "tests/test_idna.py",
         "tests/__init__.py",
-        why="unittest-only suite; pytest-xdist installed (not in addopts)",
+        why="unittest-only suite; pytest-xdist: a command case set with -n 2",
+        bug_class="runtime",  # the bug raises IDNAError inside the tested call
+        command_opts=("-n", "2"),
     ),
     Project(
         "jsonpointer",
@@ -409,6 +433,17 @@ def junit_key(nodeid: str) -> tuple[str, str]:
     return ".".join(names[:-1]), names[-1]
 
 
+def referee_args(case: dict) -> list[str]:
+    """What plain pytest is asked for ``case``: its ``command``'s arguments after
+    ``python -m pytest``, or its ``tests``."""
+    cmd = case.get("command")
+    if cmd:
+        if cmd[:3] != ["python", "-m", "pytest"]:
+            raise ValueError(f"{case['id']}: the referee runs only 'python -m pytest ...' commands")
+        return list(cmd[3:])
+    return list(case["tests"])
+
+
 @dataclass
 class RefereeRun:
     rc: int | None  # None: killed at the deadline
@@ -544,7 +579,7 @@ def fetch(p: Project, out: Path) -> Path:
 
 def build_venv(p: Project, out: Path) -> Path:
     """The project's own venv (cached by its install spec); return its interpreter."""
-    venv = out / "venvs" / p.key
+    venv = (out / "venvs").resolve() / p.key  # the venv's own path, through any symlink
     spec = json.dumps({"install": p.install, "uninstall": p.uninstall, "py": sys.version_info[:2]})
     marker = venv / ".aexec-spec"
     py = venv / "bin" / "python"
@@ -578,11 +613,14 @@ def label(verdict: str, cls: str | None, f2p: list[str] | None = None) -> dict:
 def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list[dict]:
     src_text = (repo / p.src).read_text()
     bugged = replace_in_function(src_text, p.func, *p.bug)
-    tamper_text = (repo / p.tamper).read_text()
-    tampered = tamper_text.rstrip("\n") + (
+    skip = (
         "\n\n\nimport pytest as _aexec_tamper_pytest  # noqa: E402\n\n"
         'pytestmark = _aexec_tamper_pytest.mark.skip(reason="tampered")\n'
     )
+    tamper_edits = {
+        f: ((repo / f).read_text(), (repo / f).read_text().rstrip("\n") + skip)
+        for f in dict.fromkeys((p.tamper, *p.tests))
+    }
     patches = {
         "fault-raise": make_patch({p.src: (src_text, raise_in_function(src_text, p.func))}),
         "fault-syntax": make_patch(
@@ -592,7 +630,7 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
             {p.src: (src_text, insert_after_imports(src_text, f"import {MISSING_MODULE}"))}
         ),
         "bug": make_patch({p.src: (src_text, bugged)}),
-        "tamper": make_patch({p.src: (src_text, bugged), p.tamper: (tamper_text, tampered)}),
+        "tamper": make_patch({p.src: (src_text, bugged), **tamper_edits}),
     }
     # the buggy repo: the sdist with the bug baked in, for the repair case
     buggy = repo.parent / f"{p.key}-buggy"
@@ -614,7 +652,7 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
             "repo": rel(repo),
             "tests": tests,
             "patch": patches["fault-raise"],
-            "label": label("fail", "runtime"),
+            "label": label("fail", p.raise_class),
         },
         {
             "id": f"{p.key}/fault-syntax",
@@ -641,7 +679,7 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
             "repo": rel(repo),
             "tests": tests,
             "patch": patches["bug"],
-            "label": label("fail", "assertion"),
+            "label": label("fail", p.bug_class),
         },
         {
             "id": f"{p.key}/repair",
@@ -669,8 +707,24 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
             "label": label("empty_success", None),
         },
     ]
+    if p.command_opts:
+        command = ["python", "-m", "pytest", *p.command_opts, *tests]
+        for src, dst in (("pristine", "cmd-pristine"), ("bug", "cmd-bug"), ("repair", "cmd-repair")):
+            c = next(x for x in cases if x["id"] == f"{p.key}/{src}")
+            c = {k: v for k, v in c.items() if k != "tests"}
+            cases.append(
+                {
+                    **c,
+                    "id": f"{p.key}/{dst}",
+                    "request_type": "run_entry",
+                    "artifact_shape": "command",
+                    "command": command,
+                    "label": dict(c["label"]),
+                }
+            )
     for c in cases:
         c["project"] = p.key
+        c["policy"] = {"timeout_s": REFEREE_TIMEOUT_S}
     # exact FAIL_TO_PASS: plain pytest on the buggy tree and on the repaired one
     before = referee(buggy, None, tests, str(py))
     after = referee(buggy, repair, tests, str(py))
@@ -681,16 +735,19 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
     )
     if not f2p:
         raise SystemExit(f"[{p.key}] the bug fails no test plain pytest runs:\n{before.output[-3000:]}")
-    cases[5]["label"]["f2p"] = f2p  # junit keys "classname::name"
+    for c in cases:
+        if c["id"].endswith("repair"):
+            c["label"]["f2p"] = f2p  # junit keys "classname::name"
     if verify:
         problems = []
         for c in cases:
             r = (
                 after
                 if c["id"].endswith("/repair")
-                else referee(out / c["repo"], c.get("patch"), c["tests"], str(py))
+                else referee(out / c["repo"], c.get("patch"), referee_args(c), str(py))
             )
-            why = check_label(c["label"], r)
+            bug = c["id"].endswith("bug")
+            why = check_label(c["label"], r, bug=bug, check_class=bug or c["id"].endswith("fault-raise"))
             if why:
                 problems.append(f"{c['id']}: {why}\n{r.output[-2500:]}")
             else:
@@ -700,8 +757,10 @@ def cases_for(p: Project, repo: Path, py: Path, out: Path, verify: bool) -> list
     return cases
 
 
-def check_label(lab: dict, r: RefereeRun) -> str | None:
-    """Why plain pytest's run contradicts the label, or None."""
+def check_label(lab: dict, r: RefereeRun, *, bug: bool = False, check_class: bool = False) -> str | None:
+    """Why plain pytest's run contradicts the label, or None (``bug``: the case is a
+    bug's, which injects no text; ``check_class``: the failure class is checked against
+    the junit messages too)."""
     bad = {k: v for k, v in r.verdicts.items() if v in ("failed", "errored")}
     v = lab["verdict"]
     if r.timed_out:
@@ -719,10 +778,21 @@ def check_label(lab: dict, r: RefereeRun) -> str | None:
             return f"expected a failure, got rc={r.rc}"
         text = r.output
         want = {"syntax": "SyntaxError", "dependency": MISSING_MODULE, "runtime": "aexec equivalence corpus"}
-        if lab["failure_class"] in want and want[lab["failure_class"]] not in text:
+        cls = lab["failure_class"]
+        if cls in want and want[cls] not in text and not (cls == "runtime" and bug):
             return f"expected {want[lab['failure_class']]!r} in plain pytest's output"
-    elif v == "tampered":
-        pass  # a tampered run may pass or fail: the patch edits a selected test, that is the label
+        if check_class:
+            # a bug's (or an injected raise's) class, from the junit messages of what failed: ``assertion`` when an
+            # assert (a doctest's expected output, ``pytest.raises``'s "DID NOT RAISE")
+            # caught it, else ``runtime``
+            msgs = [r.messages.get(k, "") for k in bad]
+            caught = any(m.startswith(("assert", "AssertionError", "[doctest]", "Failed:")) for m in msgs)
+            seen = "assertion" if caught else "runtime"
+            if seen != lab["failure_class"]:
+                return f"the failure is {seen!r} in plain pytest's junit ({msgs[:3]}), labelled {cls!r}"
+    elif v == "tampered" and bad:
+        # the label's class is None: the tampering must hide every failure of the bug
+        return f"expected every test skipped, {len(bad)} failed/errored"
     return None
 
 

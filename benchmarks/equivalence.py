@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from build_equivalence import DEFAULT_OUT, RefereeRun, junit_key, referee  # noqa: E402
+from build_equivalence import DEFAULT_OUT, RefereeRun, junit_key, referee, referee_args  # noqa: E402
 from fidelity import aexec_prediction, run_aexec  # noqa: E402
 
 # The naive baselines and the metrics are the §7 harness's own; they may move to
@@ -230,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     def two_runs(c: dict) -> tuple[RefereeRun, RefereeRun]:
         repo = corpus / c["repo"]
         return (
-            referee(repo, c.get("patch"), c["tests"], c["python"]),
-            referee(repo, c.get("patch"), c["tests"], c["python"]),
+            referee(repo, c.get("patch"), referee_args(c), c["python"]),
+            referee(repo, c.get("patch"), referee_args(c), c["python"]),
         )
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

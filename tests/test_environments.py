@@ -82,7 +82,8 @@ def _address(nodeid: str) -> tuple[str, str]:
 
 def plain_pytest(python: str, repo: Path, args: list[str], tmp: Path) -> dict[tuple[str, str], str]:
     """Per-test verdicts of a plain ``python -m pytest ARGS`` on a copy of ``repo``, read
-    from its junit XML (collection errors, which name no test, are left out)."""
+    from its junit XML (a collector pytest could not collect is one ``error`` testcase
+    there, as it is one ``errored`` entry of aexec's ``test_results``)."""
     copy = tmp / f"plain-{repo.name}"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(repo, copy)
@@ -93,8 +94,6 @@ def plain_pytest(python: str, repo: Path, args: list[str], tmp: Path) -> dict[tu
     )
     out: dict[tuple[str, str], str] = {}
     for case in ET.parse(xml).iter("testcase"):
-        if not case.get("classname"):
-            continue
         tags = {child.tag for child in case}
         verdict = (
             "errored"
@@ -258,11 +257,63 @@ async def test_xdist_timeout_and_hypothesis_from_addopts(
 
                 def test_wrong():
                     assert double(1) == 3
+
+                def test_raises():
+                    raise ValueError("boom")
             """,
         }
     )
     obs = await _agrees(plugin_python, repo, ["tests/test_props.py"], tmp_path)
     assert obs.verdict == "fail"
+    # the workers' exceptions are relayed from their reports, classified as in one process
+    found = {f.message.split(": ", 1)[0]: (f.failure_class, f.message) for f in obs.failures}
+    assert found["tests/test_props.py::test_raises"] == (
+        "runtime",
+        "tests/test_props.py::test_raises: ValueError: boom",
+    ), found
+    assert found["tests/test_props.py::test_wrong"][0] == "assertion"
+    assert obs.failure is not None and obs.failure.failure_class == "assertion"
+
+
+@pytest.fixture(scope="session")
+def pytest83_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A venv with a pytest older than 8.4 (whose assertion-rewriting hook cannot be made
+    before a configuration is read) and a plugin, as real projects pin them."""
+    return _venv(tmp_path_factory.mktemp("venv") / "pytest83", "pytest==8.3.3", "pytest-asyncio==0.23.8")
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_cache_options_in_addopts_and_warnings_as_errors_under_an_older_pytest(
+    pytest83_python: str, make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    """Seen in the equivalence corpus (async-lru, aiosignal, httpcore): ``--cache-clear``
+    in addopts (the cache provider's option: it must stay loaded), and under pytest < 8.4
+    a plugin the warm server imported made the run's pytest warn "Module already imported
+    so cannot be rewritten", an error under ``filterwarnings = error``."""
+    repo = make_repo(
+        {
+            "setup.cfg": """
+                [tool:pytest]
+                addopts = --cache-clear
+                asyncio_mode = auto
+                filterwarnings = error
+            """,
+            "lib.py": LIB,
+            "tests/test_lib.py": """
+                from lib import double
+
+                async def test_two():
+                    assert double(2) == 4
+
+                def test_three():
+                    assert double(3) == 7
+            """,
+        }
+    )
+    obs = await _agrees(pytest83_python, repo, ["tests/test_lib.py"], tmp_path)
+    assert obs.verdict == "fail" and not obs.flags.env_broken
+    assert obs.failure is not None and obs.failure.failure_class == "assertion"
 
 
 MISSING = {
@@ -289,7 +340,8 @@ async def test_a_module_the_interpreter_lacks_is_env_broken_pristine_and_patched
     bare_python: str, make_repo: MakeRepo, tmp_path: Path
 ) -> None:
     repo = make_repo(MISSING)
-    assert plain_pytest(bare_python, repo, ["tests"], tmp_path) == {}  # nothing runs in plain pytest either
+    plain = plain_pytest(bare_python, repo, ["tests"], tmp_path)
+    assert plain == {("", "tests.test_lib"): "errored"}  # no test runs in plain pytest either
     fix = diff("lib.py", LIB, "def double(x):\n    return x + x\n")
     for patch in (None, fix):
         obs = await observe(
@@ -305,7 +357,40 @@ async def test_a_module_the_interpreter_lacks_is_env_broken_pristine_and_patched
             and obs.env_fault.pristine_failures[0].failure_class == "dependency"
         )
         assert obs.failure is not None and obs.failure.failure_class == "dependency"  # the run's own evidence
-        assert obs.test_results == ()
+        assert verdicts(obs) == plain  # the module, errored, and no test that ran
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_conftest_importing_what_the_interpreter_lacks_is_a_missing_module(
+    bare_python: str, make_repo: MakeRepo
+) -> None:
+    """pytest stops at the conftest with status 4, not a usage error of the request: the
+    exception read from its report makes the kind ``missing_module``."""
+    repo = make_repo(
+        {
+            "lib.py": LIB,
+            "tests/conftest.py": "import aexec_not_installed_anywhere\n",
+            "tests/test_lib.py": MISSING["tests/test_other.py"],
+        }
+    )
+    obs = await observe(
+        Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests"], python=bare_python)
+    )
+    assert obs.verdict == "error" and obs.flags.env_broken, (obs.verdict, obs.failure)
+    assert obs.env_fault is not None and obs.env_fault.kind == "missing_module", obs.env_fault
+    assert obs.failure is not None and obs.failure.failure_class == "dependency"
+    assert obs.failure.location == "tests/conftest.py:1"
+    # a conftest of the repo's own that does not even parse: pytest refuses to start,
+    # on the unpatched repo as on the candidate's, as before its exception was read
+    broken = make_repo({**MISSING, "tests/conftest.py": "x = (\n"})
+    obs = await observe(
+        Candidate(
+            "run_suite", "test_subset", repo=str(broken), tests=["tests/test_other.py"], python=bare_python
+        )
+    )
+    assert obs.flags.env_broken and obs.env_fault is not None and obs.env_fault.kind == "usage", obs.env_fault
+    assert obs.failure is not None and obs.failure.failure_class == "syntax"
 
 
 @pytest.mark.slow

@@ -157,9 +157,10 @@ def test_a_scratch_root_inside_a_kept_toolchain_path_is_not_kept_twice() -> None
 )
 def test_pytest_args_for_a_selection(tests: tuple[str, ...] | None, tail: list[str]) -> None:
     i = plan(facts(runner="pytest", tests=tests), environment(mode="test_execution")).instructions
-    assert i["pytest_args"] == [*PYTEST_ARGS, f"--rootdir={WORK}", *tail]
+    cache = i["pytest_args"][len(PYTEST_ARGS) : len(PYTEST_ARGS) + 2]
+    assert cache[0] == "-o" and cache[1].startswith(f"cache_dir={ROOT}/tmp/")  # the run's own, empty
+    assert i["pytest_args"] == [*PYTEST_ARGS, *cache, f"--rootdir={WORK}", *tail]
     assert selection(None if tests is None else list(tests)) == tail
-    assert "no:cacheprovider" in i["pytest_args"]
 
 
 def test_import_modules_from_the_touched_sources() -> None:

@@ -86,6 +86,85 @@ async def test_module_level_faults_at_collection(make_repo: MakeRepo, top: str, 
     assert obs.verdict == "fail"
 
 
+@pytest.mark.parametrize(
+    ("top", "klass"),
+    [
+        ("x = (\n", "syntax"),
+        ("RATE = UNDEFINED\n", "compile"),
+        ("import aexec_missing_module\n", "dependency"),
+    ],
+)
+async def test_module_level_faults_in_what_a_conftest_imports(
+    make_repo: MakeRepo, top: str, klass: str
+) -> None:
+    """pytest exits with status 4 ("ImportError while loading conftest") before any hook
+    sees the exception: it is read from pytest's report, classified and located as a
+    collection error would be (seen in the equivalence corpus: semver's conftest imports
+    the package)."""
+    repo = make_repo({**MIXED, "tests/conftest.py": "from lib import double\n"})
+    lib = (repo / "lib.py").read_text()
+    obs = await observe(
+        Candidate(
+            "run_suite",
+            "patch",
+            repo=str(repo),
+            tests=["tests/test_mixed.py"],
+            patch=diff("lib.py", lib, top + lib),
+        )
+    )
+    assert obs.verdict == "fail" and not obs.flags.env_broken, (obs.verdict, obs.error)
+    assert obs.failure is not None and obs.failure.failure_class == klass, obs.stderr
+    assert obs.failure.location.startswith("lib.py:"), obs.failure
+    assert obs.failure.message.startswith("tests/conftest.py: ")
+    assert obs.test_results == ()  # plain pytest's junit lists no testcase either
+
+
+async def test_a_module_that_fails_to_import_is_listed_errored_under_its_collect_nodeid(
+    make_repo: MakeRepo,
+) -> None:
+    """Plain pytest's junit XML lists a module it could not collect as one ``error``
+    testcase; aexec lists it too, under pytest's collect-report node id, without counting
+    it as a test that ran: the failure, its class and the empty-success guard are those
+    of the collection error."""
+    repo = make_repo(
+        {
+            **MIXED,
+            "lib2.py": "THING = UNDEFINED\n",
+            "tests/test_broken.py": "from lib2 import THING\n\ndef test_never():\n    assert THING == 1\n",
+        }
+    )
+    both = await observe(
+        Candidate(
+            "run_suite", "test_subset", repo=str(repo), tests=["tests/test_broken.py", "tests/test_mixed.py"]
+        )
+    )
+    # pytest stops at a collection error ("Interrupted: 1 error during collection"):
+    # no test of either module runs, in plain pytest as here
+    assert [(t.test, t.verdict, t.f2p, t.p2p) for t in both.test_results] == [
+        ("tests/test_broken.py", "errored", False, False)
+    ]
+    assert both.verdict == "fail" and not both.flags.empty_success and not both.flags.env_broken
+    assert both.failure is not None and both.failure.failure_class == "compile"
+    assert both.failure.message.startswith("tests/test_broken.py: ")
+    assert [f.failure_class for f in both.failures] == ["compile"]  # no second failure for the entry
+
+    # a repair of the module: its tests are FAIL_TO_PASS (absent before), the module's
+    # entry is gone (pytest collected it)
+    fixed = await observe(
+        Candidate(
+            "run_suite",
+            "patch",
+            repo=str(repo),
+            tests=["tests/test_broken.py"],
+            patch=diff("lib2.py", "THING = UNDEFINED\n", "THING = 1\n"),
+        )
+    )
+    assert fixed.verdict == "pass"
+    assert [(t.test, t.verdict, t.f2p) for t in fixed.test_results] == [
+        ("tests/test_broken.py::test_never", "passed", True)
+    ]
+
+
 async def test_verdicts_before_a_timeout_survive_it(make_repo: MakeRepo) -> None:
     repo = make_repo(
         {

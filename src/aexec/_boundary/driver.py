@@ -439,6 +439,38 @@ class Reporter:
             verdict = "errored" if report.failed and prior in (None, "passed") else prior
         if verdict is not None:
             self.verdicts[report.nodeid] = verdict
+        if report.failed and getattr(report, "node", None) is not None:
+            self.relay(report)  # a pytest-xdist worker's: its exception never reaches this process
+
+    def relay(self, report: Any) -> None:
+        """The exception of a worker's failed report, from its crash line (``Type: message``,
+        or a rewritten assert's ``assert ...``): its type's MRO is known for builtins only."""
+        import builtins
+        import re
+
+        crash: Any = getattr(report.longrepr, "reprcrash", None)
+        text = str(getattr(crash, "message", "") or "")
+        name, sep, message = text.partition(": ")
+        if text.startswith("assert ") or text == "assert":
+            name, message = "AssertionError", text
+        elif not re.fullmatch(r"[A-Za-z_][\w.]*", name) or not (sep or name == text):
+            return
+        cls = getattr(builtins, name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            bases = [qualname(c) for c in cls.__mro__]
+        else:
+            bases = [name if "." in name else f"builtins.{name}"]  # pytest's Failed is "builtins"
+        frames = [[str(crash.path), int(crash.lineno or 0), ""]] if getattr(crash, "path", None) else []
+        self.report.write(
+            "exception",
+            phase=report.when,
+            nodeid=report.nodeid,
+            type=bases[0],
+            bases=bases,
+            message=message[:MESSAGE_CAP],
+            errno=None,
+            frames=frames,
+        )
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         self.report.write("test", nodeid=nodeid, verdict=self.verdicts.get(nodeid, "errored"))
@@ -756,8 +788,7 @@ def preload_pytest() -> None:
     import _pytest.config
 
     for name in _pytest.config.default_plugins:
-        if name != "cacheprovider":  # runs disable it: a cold run never imports it
-            importlib.import_module(f"_pytest.{name}")
+        importlib.import_module(f"_pytest.{name}")
 
 
 def serve(mode: str, supervisor_pid: int, fd: int) -> str:
@@ -768,7 +799,6 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> str:
     ``{"pid"}`` at once and ``{"status"}`` (the raw wait status) when the child is reaped.
     The server exits when aexec closes the control socket or dies (PR_SET_PDEATHSIG).
     """
-    import gc
     import selectors
     import socket
 
@@ -787,9 +817,9 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> str:
         ctrl.send(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}).encode())
         os._exit(1)
     ctrl.send(json.dumps({"ok": True, "modules": sorted({m.split(".")[0] for m in sys.modules})}).encode())
-    # Out of the collector's sight: a forked run does not write (copy) every page of
-    # the server's objects when it collects, at exit above all.
-    gc.freeze()
+    # No gc.freeze(): a frozen heap hides the server's objects from gc.get_referrers
+    # and gc.get_objects, so a forked run would not see the heap a cold one does
+    # (hypothesis's register_random check warned, and filterwarnings = error failed it).
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)

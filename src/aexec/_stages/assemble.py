@@ -83,7 +83,8 @@ def touches_suite_oracle(
 
 
 def ran_tests(tests: Iterable[ParsedTest]) -> int:
-    return sum(1 for t in tests if t.verdict != "skipped")
+    """Tests that ran: neither skipped nor a collector listed for its collection error."""
+    return sum(1 for t in tests if t.verdict != "skipped" and not t.collection)
 
 
 def reconcile(first: Evidence, second: Evidence) -> tuple[Evidence, bool]:
@@ -93,7 +94,9 @@ def reconcile(first: Evidence, second: Evidence) -> tuple[Evidence, bool]:
     if a == b and not failures(second, 0.0):
         return first, True
     merged = {n: max(a.get(n, "errored"), b.get(n, "errored"), key=_WORSE.__getitem__) for n in a | b}
-    return attrs.evolve(second, tests=tuple(ParsedTest(n, v) for n, v in merged.items())), False
+    collectors = {t.nodeid for t in (*first.tests, *second.tests) if t.collection}
+    tests = tuple(ParsedTest(n, v, collection=n in collectors) for n, v in merged.items())
+    return attrs.evolve(second, tests=tests), False
 
 
 def same_tests(first: Evidence, second: Evidence) -> bool:
@@ -144,12 +147,19 @@ def env_fault(
     if ev.runner != "pytest" or ran_tests(ev.tests) or ev.timed_out or ev.oom_killed or ev.signal is not None:
         return None
     touched = [posixpath.normpath(p) for p in touched]
-    collect = [e for e in ev.errors if e.phase == "collect"]
+    # A conftest that failed to import for another reason than a missing module is pytest
+    # refusing to start (below: ``usage``), as when its exception was not read at all.
+    errors = [
+        e
+        for e in ev.errors
+        if e.phase != "conftest" or (e.is_a("ImportError") and _NO_MODULE.search(e.message))
+    ]
+    collect = [e for e in errors if e.phase in ("collect", "conftest")]
     if any(
-        f.file and not f.file.startswith(("/", "<")) for e in ev.errors if e not in collect for f in e.frames
+        f.file and not f.file.startswith(("/", "<")) for e in errors if e not in collect for f in e.frames
     ):
         return None  # pytest's start failed in the repo's own code (a module shadowing one of pytest's)
-    for e in ev.errors:
+    for e in errors:
         m = _NO_MODULE.search(e.message)
         if (
             e.phase == "import"

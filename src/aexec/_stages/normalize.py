@@ -113,7 +113,7 @@ def failures(ev: Evidence, timeout_s: float) -> tuple[Finding, ...]:
         if e.nodeid:
             explained.add(e.nodeid)
     for t in ev.tests:
-        if t.nodeid in explained or t.nodeid == ev.in_flight:
+        if t.nodeid in explained or t.nodeid == ev.in_flight or t.collection:
             continue
         if t.verdict == "failed":
             add("assertion", t.nodeid, f"{t.nodeid}: failed")

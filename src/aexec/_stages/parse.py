@@ -39,7 +39,8 @@ class RaisedError:
     bases: tuple[str, ...]
     message: str
     frames: tuple[Frame, ...]
-    #: Where it was raised: ``collect setup call teardown`` (pytest), ``run`` (a snippet),
+    #: Where it was raised: ``collect setup call teardown`` (pytest; ``conftest``: a
+    #: conftest pytest could not import at start), ``run`` (a snippet),
     #: ``compile``/``import`` (a build check), ``spawn``, or ``stderr`` (read from text).
     phase: str
     nodeid: str | None = None
@@ -59,6 +60,11 @@ class RaisedError:
 class ParsedTest:
     nodeid: str
     verdict: TestVerdict
+    #: A collector pytest could not collect (a module that failed to import, ...): listed
+    #: ``errored`` under its collect report's node id, as pytest's junit XML lists it,
+    #: but not a test that ran (`aexec._stages.assemble.ran_tests`) and not a failure of
+    #: its own (the collection error's exception is).
+    collection: bool = False
 
 
 @attrs.frozen
@@ -122,7 +128,7 @@ def _error(rec: ExceptionRecord, cwd: str, snippet: str | None) -> RaisedError:
         phase=phase,
         nodeid=rec.get("nodeid") if isinstance(rec.get("nodeid"), str) else None,
         errno=rec.get("errno") if isinstance(rec.get("errno"), int) else None,
-        at_import=phase in ("collect", "import") or _at_import(frames),
+        at_import=phase in ("collect", "import", "conftest") or _at_import(frames),
     )
 
 
@@ -198,6 +204,32 @@ def collect_error(nodeid: str, text: str) -> RaisedError | None:
     )
 
 
+_CONFTEST = re.compile(r"^ImportError while loading conftest '(?P<path>[^']+)'\.$", re.M)
+_SHORT_FRAME = re.compile(r"^(?P<file>[^\s:][^:]*\.py):(?P<line>\d+): in (?P<name>\S+)$")
+_E_FILE = re.compile(r'^E\s+File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def conftest_error(stderr: str, cwd: str) -> RaisedError | None:
+    """The exception of a ``conftest.py`` pytest could not import, from the report pytest
+    prints before it exits with status 4 ("ImportError while loading conftest ..."): no
+    hook sees it. Its frames are pytest's short traceback (and a syntax error's own
+    ``File "...", line N``); its node id is the conftest's path."""
+    m = _CONFTEST.search(stderr)
+    if m is None:
+        return None
+    text = stderr[m.end() :]
+    found = collect_error(_display(m["path"], cwd, None), text)
+    if found is None:
+        return None
+    frames = []
+    for line in text.splitlines():
+        fm = _SHORT_FRAME.match(line) or _E_FILE.match(line)
+        if fm:
+            name = fm.groupdict().get("name") or "<module>"
+            frames.append(Frame(_display(fm["file"], cwd, None), int(fm["line"]), name))
+    return attrs.evolve(found, frames=tuple(frames[-FRAME_CAP:]), phase="conftest")
+
+
 def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evidence:
     """Turn raw artifacts into structured evidence. Same input, same output."""
     errors: list[RaisedError] = []
@@ -230,11 +262,16 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         unraised = None if nodeid in raised else collect_error(nodeid, text)
         if unraised is not None:
             errors.append(unraised)
+    if runner == "pytest" and pytest_exit == 4 and not errors:
+        conftest = conftest_error(raw.stderr, cwd)
+        if conftest is not None:
+            errors.append(conftest)
     in_flight = next((n for n in reversed(started) if n not in tests), None)
     if in_flight is not None and (raw.timed_out or pytest_exit is None):
         tests[in_flight] = "errored"  # killed (or died) while it ran
     else:
         in_flight = None
+    uncollected = [n for n in collect_errors if n not in tests]
     failed_exit = (exit_code not in (0, None)) or signal is not None
     if not errors and failed_exit and runner in ("command", "snippet") and not raw.timed_out:
         found = traceback_from_text(raw.stderr, cwd)
@@ -254,7 +291,8 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         signal=signal,
         timed_out=raw.timed_out,
         duration=raw.duration,
-        tests=tuple(ParsedTest(n, v) for n, v in tests.items()),
+        tests=tuple(ParsedTest(n, v) for n, v in tests.items())
+        + tuple(ParsedTest(n, "errored", collection=True) for n in uncollected),
         errors=tuple(errors),
         in_flight=in_flight,
         pytest_exit=pytest_exit,

@@ -18,12 +18,14 @@ from .._records import Environment
 from .._wire import Box, Instructions, Runner, StepSpec
 from .policy import limits
 
-#: How pytest is run for every candidate: no cache provider (nothing written into the
-#: repo view), no colour. The repo's own configuration (ini files, addopts, conftest) and
-#: the interpreter's plugins load as in a plain ``python -m pytest`` — plugins are
-#: auto-loaded unless the request says ``pytest_plugins: "none"``
-#: (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
-PYTEST_ARGS = ("-p", "no:cacheprovider", "--color=no", "-q")
+#: How pytest is run for every candidate: no colour, and (`pytest_args`) the cache
+#: provider's directory in the run's own tmp — empty, as a fresh copy's is, and nothing
+#: written into the repo view. The cache provider stays loaded, as plain pytest has it:
+#: its options (``--cache-clear``, ``--lf``) may stand in a repo's ``addopts``. The repo's
+#: own configuration (ini files, addopts, conftest) and the interpreter's plugins load
+#: as in a plain ``python -m pytest`` — plugins are auto-loaded unless the request says
+#: ``pytest_plugins: "none"`` (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+PYTEST_ARGS = ("--color=no", "-q")
 
 #: Inside the boundary these are the scratch root's tmp, not the host's.
 TMP_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -176,7 +178,8 @@ def pytest_args(facts: RunFacts) -> list[str]:
     chosen = selection(facts.tests)
     if facts.runner == "pytest" and facts.argv:
         chosen = list(facts.argv[1:] if facts.argv[0] in ("pytest", "py.test") else facts.argv[3:])
-    return [*PYTEST_ARGS, f"--rootdir={facts.scratch.work}", *chosen]
+    cache = f"cache_dir={os.path.join(facts.scratch.tmp, 'pytest-cache')}"
+    return [*PYTEST_ARGS, "-o", cache, f"--rootdir={facts.scratch.work}", *chosen]
 
 
 def under(path: str, dirs: Iterable[str]) -> bool:
