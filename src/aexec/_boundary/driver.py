@@ -777,18 +777,49 @@ def be_init(spec: Instructions) -> None:
 
 
 def preload_pytest() -> None:
-    """Import what a cold pytest run imports before the candidate's code: pytest and its
-    built-in plugins. The interpreter's own plugins (entry points ``pytest11``) are NOT
-    imported here: imported ahead, in another order and outside the run's warning
-    capture, they can behave differently (hypothesis warns about trio's PRNG when trio is
-    imported after it, and the warning then shows in the run), so each run's pytest
-    imports them itself, exactly as a cold run does."""
+    """Import what a cold pytest run imports before the candidate's code: pytest, its
+    built-in plugins and — unless the environment turns auto-loading off, as a run's
+    would — the modules of the interpreter's plugins (entry points ``pytest11``), so
+    warm runs do not pay for them. Importing a plugin registers nothing: each run's
+    pytest still loads it itself. One that does not import is left to fail in the run,
+    as it would cold."""
     import importlib
 
     import _pytest.config
 
     for name in _pytest.config.default_plugins:
         importlib.import_module(f"_pytest.{name}")
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return
+    import importlib.metadata
+
+    # Through pytest's assertion-rewriting import hook, with the plugins' modules marked
+    # as pytest marks them: a run's pytest then finds them rewritten, as a cold run
+    # would have imported them (and warns of no "already imported" module).
+    hook: Any = None
+    try:
+        import _pytest.assertion
+
+        config = _pytest.config.get_config()
+        hook = _pytest.assertion.install_importhook(config)
+        config._mark_plugins_for_rewrite(hook, False)
+    except Exception:
+        # An older pytest (< 8.4: the hook reads the ini at once): a plugin imported
+        # plainly here would make the run's pytest warn "Module already imported so
+        # cannot be rewritten" (an error under ``filterwarnings = error``), as a cold
+        # run never does. Leave the plugins to the run.
+        if hook is not None and hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        return
+    try:
+        for dist in importlib.metadata.distributions():
+            for ep in dist.entry_points:
+                if ep.group == "pytest11":
+                    with contextlib.suppress(Exception):
+                        importlib.import_module(ep.module)
+    finally:
+        if hook is not None and hook in sys.meta_path:
+            sys.meta_path.remove(hook)
 
 
 def serve(mode: str, supervisor_pid: int, fd: int) -> str:
