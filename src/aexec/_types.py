@@ -66,13 +66,10 @@ DEFAULT_TIMEOUT_S: Final[dict[Mode, float]] = {
 #: Each captured stream keeps at most this many bytes; the rest is drained and counted.
 STREAM_CAP_BYTES: Final = 64 * 1024
 TRUNCATION_MARKER: Final = "\n[aexec: {dropped} more bytes of {stream} not kept (cap {cap} bytes)]\n"
-EMPTY_STREAM_SENTINEL: Final = ""
 #: §3.4 caps on parsed evidence: the driver's own caps (`aexec._wire`), one source.
 MESSAGE_CAP_CHARS: Final = MESSAGE_CAP
 #: At most this many secondary failures are kept beside the primary one.
 SECONDARY_FAILURE_CAP: Final = 50
-#: At most this many paths are named in ``changed_state``.
-CHANGED_PATHS_SHOWN: Final = 20
 #: The on-disk behavioural cache keeps at most this many observations (LRU).
 DEFAULT_CACHE_ENTRIES: Final = 20_000
 #: The RLIMIT_CPU backstop sits this far above the wall-clock deadline, so a timeout
