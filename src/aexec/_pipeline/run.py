@@ -240,13 +240,13 @@ async def run_once(
             autoload=autoload,
         )
         the_plan = plan(facts, env)
+        lim = limits(env)
         report = write_private(scratch, "report.jsonl", "")
         if box_facts is not None:
             os.chown(report, box_facts.uid, box_facts.uid)
-            await in_thread(seal_scratch, scratch, box_facts.uid, limits(env).disk_bytes)
+            await in_thread(seal_scratch, scratch, box_facts.uid, lim.disk_bytes)
         spec_path = write_private(scratch, "spec.json", json.dumps(the_plan.instructions))
         before = await in_thread(snapshot, scratch.root)
-        lim = limits(env)
         invocation = Invocation(
             argv=(tool.path, "-s", DRIVER, spec_path),
             cwd=scratch.work,
