@@ -128,6 +128,8 @@ def test_no_atexit_hooks_remain() -> None:
     """Resources are given back by their owner's close, not at interpreter exit."""
     offenders = []
     for path in sorted(SRC.rglob("*.py")):
+        if path.name == "driver.py":
+            continue  # runs inside the candidate, whose atexit callbacks it runs at its exit
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             names = []

@@ -99,9 +99,10 @@ class Cgroups:
             if "pids" in self.v2_controllers:
                 writes.append((f"{d}/pids.max", str(caps.pids)))
         for d in self.dirs(run):
-            os.makedirs(d, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d)
         for path, value in writes:
-            Path(path).write_text(value)
+            _write_or_raise(path, value)
 
     def kill(self, run: str) -> None:
         """Kill every process of the run's cgroups; none can leave them."""
@@ -140,25 +141,40 @@ class Cgroups:
         return (usage + waited) / 1e6
 
     def oom_killed(self, run: str) -> bool:
-        for d in self.dirs(run):
-            for name in ("memory.oom_control", "memory.events"):
-                try:
-                    text = Path(d, name).read_text()
-                except OSError:
-                    continue
-                for line in text.splitlines():
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill" and value.strip() not in ("", "0"):
-                        return True
+        name = os.path.basename(self.dirs(run)[0])
+        files = []
+        if "memory" in self.v1:
+            files.append(os.path.join(self.v1["memory"], name, "memory.oom_control"))
+        if self.v2 is not None and "memory" in self.v2_controllers:
+            files.append(os.path.join(self.v2, name, "memory.events"))
+        for path in files:
+            try:
+                with open(path, encoding="ascii") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip() not in ("", "0"):
+                    return True
         return False
 
     def remove(self, run: str) -> None:
         remove_cgroups(self.dirs(run))
 
 
+def _write_or_raise(path: str, value: str) -> None:
+    """One ``write`` of ``value`` (a cgroup file takes a value in one write)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
 def _write(path: str, value: str) -> bool:
     try:
-        Path(path).write_text(value)
+        _write_or_raise(path, value)
     except OSError:
         return False
     return True

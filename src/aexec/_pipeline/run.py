@@ -47,7 +47,7 @@ from .._boundary.trees import (
 from .._errors import AexecError
 from .._stages.assemble import Run
 from .._stages.parse import SNIPPET_NAME, parse, parse_language
-from .._stages.plan import BoxFacts, RunFacts, Scratch, candidate_env, needed_paths, plan
+from .._stages.plan import BoxFacts, Plan, RunFacts, Scratch, candidate_env, needed_paths, plan
 from .._stages.policy import limits
 from .cache import in_thread
 from .session import Job, Session
@@ -88,6 +88,17 @@ def _config_changed(repo: str, work: str, language: str = "python", touched: lis
         != langs.oracle_text(lang, p, text(os.path.join(work, p)))
         for p in touched or ()
     )
+
+
+def _empty_scratch(tmpfs: bool, base: str) -> Scratch:
+    """A fresh scratch root with an empty ``work`` dir (no repo to copy)."""
+    scratch = make_scratch(tmpfs, base)
+    try:
+        make_view(scratch, None)
+    except BaseException:
+        remove_scratch(scratch)
+        raise
+    return scratch
 
 
 def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
@@ -146,9 +157,11 @@ def baseline(job: Job, written: dict[str, str], touched: list[str]) -> Callable[
 def _changes(
     root: str,
     before: dict[str, tuple[int, int]],
-    after: dict[str, tuple[int, int]],
+    own: tuple[str, ...],
     known: Callable[[str], bytes | None],
 ) -> tuple[str, tuple[Any, ...], int]:
+    """What the run changed under ``root`` since ``before``, aexec's ``own`` files aside."""
+    before, after = without(before, own), without(snapshot(root), own)
     listed, omitted = list_changes(root, before, after, known)
     return describe_changes(before, after), listed, omitted
 
@@ -171,15 +184,19 @@ async def run_once(
     """
     candidate, tool, env = job.candidate, job.tool, job.env
     box = session.isolation.namespaces
-    scratch = await in_thread(make_scratch, box, session.scratch_base)
+    if candidate.repo is None:  # nothing to copy: the root and its empty view at once
+        scratch = await in_thread(_empty_scratch, box, session.scratch_base)
+    else:
+        scratch = await in_thread(make_scratch, box, session.scratch_base)
     session.runs += 1
     run_name = f"{session.runs}-{os.path.basename(scratch.root)}"
     try:
-        # A language's suite has no Python to compile ahead.
-        bytecode = None
-        if candidate.repo is not None and job.lang is None:
-            bytecode = await session.bytecode(candidate.repo, tool)
-        await in_thread(make_view, scratch, candidate.repo, bytecode)
+        if candidate.repo is not None:
+            # A language's suite has no Python to compile ahead.
+            bytecode = None
+            if job.lang is None:
+                bytecode = await session.bytecode(candidate.repo, tool)
+            await in_thread(make_view, scratch, candidate.repo, bytecode)
         config_changed = False
         if patch is not None:
             try:
@@ -213,40 +230,48 @@ async def run_once(
         server = await session.observer.server(session, tool, mode, server_env)
         if server is not None and not server.serves(roots):
             server = None  # the repo shadows a module the server has imported: go cold
-        box_facts = None
-        if box:
-            box_facts = BoxFacts(
-                uid=run_uid(),
-                supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
-                sibling_prefix=os.path.join(os.path.dirname(scratch.root), SCRATCH_PREFIX),
-                masks=await in_thread(masks, needed_paths(scratch, toolchain_paths)),
-            )
+        uid = run_uid() if box else None
         cgroups = session.isolation.cgroups
-        facts = RunFacts(
-            runner=job.runner,
-            scratch=scratch,
-            python=tool.path,
-            toolchain_paths=toolchain_paths,
-            import_roots=roots,
-            snippet=snippet,
-            argv=tuple(candidate.command or ()),
-            tests=candidate.tests,
-            touched_sources=await in_thread(_existing, scratch.work, [*touched, *(oracle or ())]),
-            cgroup_procs=tuple(cgroups.procs_files(run_name)) if cgroups is not None else (),
-            box=box_facts,
-            language=candidate.language,
-            request_type=candidate.request_type,
-            lang_tools=() if lang is None else lang.tools,
-            autoload=autoload,
-        )
-        the_plan = plan(facts, env)
         lim = limits(env)
-        report = write_private(scratch, "report.jsonl", "")
-        if box_facts is not None:
-            os.chown(report, box_facts.uid, box_facts.uid)
-            await in_thread(seal_scratch, scratch, box_facts.uid, lim.disk_bytes)
-        spec_path = write_private(scratch, "spec.json", json.dumps(the_plan.instructions))
-        before = await in_thread(snapshot, scratch.root)
+
+        def lay_out() -> tuple[Plan, str, dict[str, tuple[int, int]]]:
+            """The plan and the files the driver reads, and the scratch root as it is
+            before the run: one worker-thread hop (each costs the loop a wake-up)."""
+            box_facts = None
+            if uid is not None:
+                box_facts = BoxFacts(
+                    uid=uid,
+                    supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
+                    sibling_prefix=os.path.join(os.path.dirname(scratch.root), SCRATCH_PREFIX),
+                    masks=masks(needed_paths(scratch, toolchain_paths)),
+                )
+            facts = RunFacts(
+                runner=job.runner,
+                scratch=scratch,
+                python=tool.path,
+                toolchain_paths=toolchain_paths,
+                import_roots=roots,
+                snippet=snippet,
+                argv=tuple(candidate.command or ()),
+                tests=candidate.tests,
+                touched_sources=_existing(scratch.work, [*touched, *(oracle or ())]),
+                cgroup_procs=tuple(cgroups.procs_files(run_name)) if cgroups is not None else (),
+                box=box_facts,
+                language=candidate.language,
+                request_type=candidate.request_type,
+                lang_tools=() if lang is None else lang.tools,
+                autoload=autoload,
+            )
+            the_plan = plan(facts, env)
+            report = write_private(scratch, "report.jsonl", "")
+            if uid is not None:
+                os.chown(report, uid, uid)
+                seal_scratch(scratch, uid, lim.disk_bytes)
+            spec_path = write_private(scratch, "spec.json", json.dumps(the_plan.instructions))
+            return the_plan, spec_path, snapshot(scratch.root)
+
+        the_plan, spec_path, before = await in_thread(lay_out)
+        report = os.path.join(scratch.private, "report.jsonl")
         invocation = Invocation(
             argv=(tool.path, "-s", DRIVER, spec_path),
             cwd=scratch.work,
@@ -273,11 +298,8 @@ async def run_once(
             evidence = parse(raw, job.runner, cwd=scratch.work, snippet=snippet)
         if evidence.box_failed:
             raise AexecError(raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "boundary failed")
-        after = await in_thread(snapshot, scratch.root)
-        own = own_files(job, written)
-        before, after = without(before, own), without(after, own)
         summary, changes, omitted = await in_thread(
-            _changes, scratch.root, before, after, baseline(job, written, touched)
+            _changes, scratch.root, before, own_files(job, written), baseline(job, written, touched)
         )
         run = Run(
             evidence=evidence,
