@@ -126,17 +126,25 @@ class ServerReady(TypedDict, total=False):
 
 
 class SpawnRequest(TypedDict):
-    """Fork a run: with it travel three fds (reply socket, the run's stdout, its stderr)."""
+    """Fork a run: with it travel three fds (reply socket, the run's stdout, its stderr).
+
+    With ``box`` the server forks the run straight into new PID, mount and network
+    namespaces, as their init (no outer process, one fork fewer); the reply's ``pid``
+    is then the init's.
+    """
 
     spec: str
     cwd: str
     env: dict[str, str]
+    box: bool
 
 
 class SpawnReply(TypedDict, total=False):
     """On the reply socket: ``pid`` at once, then the raw wait ``status`` when reaped."""
 
     pid: int
+    #: The pid is the init of the run's namespaces (``SpawnRequest.box``).
+    init: bool
     status: int
 
 

@@ -770,8 +770,10 @@ def main() -> None:
     if sys.argv[1] == "--bytecode":
         write_bytecode(json.load(sys.stdin))
         return
+    as_init = False  # already the init of new namespaces (forked so by the fork server)
     if sys.argv[1] == "--serve":
-        sys.argv[1:] = [serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))]
+        spec_path, as_init = serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        sys.argv[1:] = [spec_path]
     with open(sys.argv[1], encoding="utf-8") as f:
         spec = json.load(f)
     box = spec.get("box")
@@ -779,24 +781,74 @@ def main() -> None:
         if box:
             # Die with aexec, even if it is SIGKILLed; if it already died, do nothing.
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() not in box["supervisor_pids"]:  # aexec, or its fork server
+            if _parent_pid(as_init) not in box["supervisor_pids"]:  # aexec, or its fork server
                 os._exit(BOX_FAILED)
         enter_cgroups(spec["cgroups"])
-        if box:
+        if box and not as_init:
             _call(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET), "unshare")
     except BoxError as e:
         box_failed(e)
     if box:
-        init = os.fork()
-        if init != 0:
-            _, status = os.waitpid(init, 0)
-            os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+        if not as_init:
+            init = os.fork()
+            if init != 0:
+                _, status = os.waitpid(init, 0)
+                os._exit(
+                    os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+                )
         try:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if not as_init:
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             build_view(box)
         except (BoxError, OSError) as e:
             box_failed(BoxError(str(e)))
     be_init(spec)
+
+
+def _parent_pid(as_init: bool) -> int:
+    """The parent's pid as the supervisor knows it. The init of a new PID namespace has
+    no parent in it (``getppid()`` is 0), but until it mounts its own /proc, /proc is the
+    host's, where its parent is named."""
+    if not as_init:
+        return os.getppid()
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+#: clone(2) by number, to fork straight into new namespaces (x86-64 and arm64; elsewhere
+#: the run's outer process unshares them and forks the init, as a cold run does).
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
+#: libc through the Python API's calling convention: the GIL stays held across the
+#: call, as ``os.fork`` holds it across ``fork()``.
+_libc_gil = ctypes.PyDLL(None, use_errno=True)
+
+
+def fork_init() -> int:
+    """``os.fork()``, with the child in new PID, mount and network namespaces, whose
+    init (pid 1) it is: what an outer process's ``unshare`` + ``fork`` gives, in one
+    process fewer. The interpreter's own fork hooks run around it as around ``os.fork``."""
+    assert _SYS_CLONE is not None
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | signal.SIGCHLD
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = _libc_gil.syscall(
+        ctypes.c_long(_SYS_CLONE),
+        ctypes.c_ulong(flags),
+        ctypes.c_long(0),
+        ctypes.c_long(0),
+        ctypes.c_long(0),
+        ctypes.c_long(0),
+    )
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return int(pid)
 
 
 def be_init(spec: Instructions) -> None:
@@ -924,11 +976,12 @@ def startup_modules() -> list[str]:
     return [n for n in names if isinstance(n, str) and n != "__main__" and not n.startswith("_pytest")]
 
 
-def serve(mode: str, supervisor_pid: int, fd: int) -> str:
-    """Fork a run's outer process per request; returns only in a child, with its spec.
+def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool]:
+    """Fork a run's outer process per request; returns only in a child, with its spec
+    and whether the child is already the init of the run's namespaces (`fork_init`).
 
-    A request is one datagram ``{"spec", "cwd", "env"}`` on the control socket carrying
-    three fds: the reply socket, the run's stdout and stderr. The reply socket gets
+    A request is one datagram ``{"spec", "cwd", "env", "box"}`` on the control socket
+    carrying three fds: the reply socket, the run's stdout and stderr. The reply socket gets
     ``{"pid"}`` at once and ``{"status"}`` (the raw wait status) when the child is reaped.
     The server exits when aexec closes the control socket or dies (PR_SET_PDEATHSIG).
     """
@@ -962,6 +1015,7 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> str:
     sel.register(ctrl, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
     replies: dict[int, socket.socket] = {}
+    inits: set[int] = set()
     while True:
         for key, _ in sel.select():
             if key.fileobj is ctrl:
@@ -970,7 +1024,12 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> str:
                     os._exit(0)  # aexec is done or gone
                 request = json.loads(msg)
                 reply, out, err = fds
-                pid = os.fork()
+                as_init = bool(request.get("box")) and _SYS_CLONE is not None
+                try:
+                    pid = fork_init() if as_init else os.fork()
+                except OSError:  # clone refused (a seccomp filter, say): the outer way
+                    as_init = False
+                    pid = os.fork()
                 if pid == 0:
                     # Nothing of the server survives into the run: its sockets are
                     # detached (not closed later by the GC, on fds the run may reuse).
@@ -979,13 +1038,15 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> str:
                     sel.close()
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    become(request, out, err)
-                    return str(request["spec"])
+                    become(request, out, err, as_init=as_init)
+                    return str(request["spec"]), as_init
                 os.close(out)
                 os.close(err)
                 replies[pid] = socket.socket(fileno=reply)
+                if as_init:
+                    inits.add(pid)
                 with contextlib.suppress(OSError):
-                    replies[pid].send(json.dumps({"pid": pid}).encode())
+                    replies[pid].send(json.dumps({"pid": pid, "init": as_init}).encode())
             else:
                 with contextlib.suppress(OSError):
                     os.read(wake_r, 4096)
@@ -997,19 +1058,30 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> str:
                     if pid == 0:
                         break
                     sock = replies.pop(pid)
+                    if pid in inits:
+                        inits.discard(pid)
+                        if os.WIFSIGNALED(status):  # as the outer process reports it
+                            status = (128 + os.WTERMSIG(status)) << 8
                     with contextlib.suppress(OSError):
                         sock.send(json.dumps({"status": status}).encode())
                     sock.close()
 
 
-def become(request: SpawnRequest, out: int, err: int) -> None:
-    """What a fresh ``Popen(argv, stdin=DEVNULL, cwd, env, start_new_session)`` gives."""
+def become(
+    request: SpawnRequest, out: int, err: int, *, as_init: bool = False, go: int | None = None
+) -> None:
+    """What a fresh ``Popen(argv, stdin=DEVNULL, cwd, env, start_new_session)`` gives.
+
+    An init forked into its namespaces starts no session of its own: a cold run's
+    session is its outer process's, outside the PID namespace, and so is the server's.
+    """
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    os.setsid()
+    if not as_init:
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])

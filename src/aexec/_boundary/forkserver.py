@@ -83,8 +83,12 @@ class _PipeStream(anyio.abc.ByteReceiveStream):
 class ServedProcess(anyio.abc.Process):
     """A run's outer process as forked by a `ForkServer`."""
 
-    def __init__(self, pid: int, reply: socket.socket, stdout: int, stderr: int) -> None:
+    def __init__(
+        self, pid: int, reply: socket.socket, stdout: int, stderr: int, *, init: bool = False
+    ) -> None:
         self._pid = pid
+        #: The pid is the init of the run's PID namespace (no outer process around it).
+        self.init = init
         self._reply = reply
         self._stdout = _PipeStream(stdout)
         self._stderr = _PipeStream(stderr)
@@ -211,15 +215,25 @@ class ForkServer:
         """Whether a run with these import roots would import exactly what a cold one does."""
         return self.alive and not (top_level_names(roots) & self.modules)
 
-    async def spawn(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> ServedProcess:
-        """Fork ``argv`` (``python -s DRIVER SPEC``); raises `ServerGone` if the server is gone."""
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        *,
+        box: bool = False,
+    ) -> ServedProcess:
+        """Fork ``argv`` (``python -s DRIVER SPEC``); raises `ServerGone` if the server is gone.
+
+        With ``box`` (the spec has one) the run is forked straight into its namespaces.
+        """
         assert list(argv[:3]) == [self.python, "-s", self.driver], argv
         spec_path = argv[3]
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         mine.setblocking(False)
-        request = json.dumps({"spec": spec_path, "cwd": cwd, "env": dict(env)}).encode()
+        request = json.dumps({"spec": spec_path, "cwd": cwd, "env": dict(env), "box": box}).encode()
         try:
             try:
                 while True:
@@ -248,7 +262,8 @@ class ForkServer:
             if isinstance(e, ServerGone):
                 self.close()
             raise e from None
-        return ServedProcess(int(json.loads(msg)["pid"]), mine, out_r, err_r)
+        reply = json.loads(msg)
+        return ServedProcess(int(reply["pid"]), mine, out_r, err_r, init=bool(reply.get("init")))
 
     def close(self) -> None:
         """Stop the server; runs it started and that are still going die with it."""

@@ -29,7 +29,7 @@ from .._records import RawRun
 from .._types import STREAM_CAP_BYTES, TRUNCATION_MARKER
 from .._wire import REPORT_CAP_BYTES, Record, decode_report
 from .cgroups import Caps
-from .forkserver import ForkServer, ServerGone
+from .forkserver import ForkServer, ServedProcess, ServerGone
 from .isolation import Isolation
 
 log = get_logger(__name__)
@@ -136,11 +136,14 @@ def _kill_tree(proc: anyio.abc.Process, inv: Invocation, isolation: Isolation) -
     if proc.returncode is not None:
         return  # reaped: its pid may belong to someone else now
     if isolation.namespaces:
-        # Kill the namespace's init (the driver's child): the kernel then kills
-        # everything inside the namespace before the init can be reaped, and the driver
-        # (left alive to reap it) exits only after that — so its exit means the
-        # namespace is empty.
-        targets = _children(proc.pid) or [proc.pid]
+        # Kill the namespace's init (the driver's child, or the process itself when the
+        # fork server made it the init): the kernel then kills everything inside the
+        # namespace before the init can be reaped, and the driver (left alive to reap
+        # it) exits only after that — so its exit means the namespace is empty.
+        if isinstance(proc, ServedProcess) and proc.init:
+            targets = [proc.pid]
+        else:
+            targets = _children(proc.pid) or [proc.pid]
         for pid in targets:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -185,7 +188,7 @@ async def execute(inv: Invocation) -> RawRun:
 async def _spawn(inv: Invocation) -> anyio.abc.Process:
     if inv.server is not None and inv.server.alive:
         try:
-            return await inv.server.spawn(inv.argv, inv.cwd, inv.env)
+            return await inv.server.spawn(inv.argv, inv.cwd, inv.env, box=inv.isolation.namespaces)
         except ServerGone as e:
             log.warning("forkserver_gone", run=inv.run, error=str(e))
     return await anyio.open_process(
