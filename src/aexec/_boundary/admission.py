@@ -7,6 +7,7 @@ admitted in the candidates' input order.
 No polling: a waiting run sleeps until something can change the answer — a run ends,
 a run is admitted (the next in order may go), or a running run's next sample is due
 (busyness changes without an event, so the wait is bounded by the earliest sample).
+Only the first waiting run in order is woken: the others could not go anyway.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ class Admission:
         self._running: dict[str, tuple[float, float | None, bool, float, bool]] = {}
         #: Runs waiting for a slot -> their order (lowest goes first).
         self._waiting: dict[str, int] = {}
-        #: Set (and replaced) whenever a run starts or ends: waiters look again.
-        self._changed: anyio.Event | None = None
+        #: The waiting runs' wake-ups: only the first in order is woken (`_notify`), as
+        #: only it may go; the others wait until they are first.
+        self._wakeups: dict[str, anyio.Event] = {}
 
     def _load(self, now: float) -> tuple[float, float]:
         """(CPU slots held, time of the next sample due), sampling runs that are due."""
@@ -77,9 +79,12 @@ class Admission:
         return held, next_due
 
     def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        """Something changed (a run started or ended): the first waiting run looks again."""
+        if self._waiting:
+            first = min(self._waiting, key=self._waiting.__getitem__)
+            wakeup = self._wakeups.get(first)
+            if wakeup is not None:
+                wakeup.set()
 
     @contextlib.asynccontextmanager
     async def slot(self, run: str, order: int = 0) -> AsyncIterator[None]:
@@ -88,7 +93,7 @@ class Admission:
         self._waiting[run] = order
         try:
             while True:
-                wait: float | None = None  # until a run starts or ends
+                wait: float | None = None  # until woken as the first in order
                 if order <= min(self._waiting.values()) and len(self._running) < self.limit:
                     now = anyio.current_time()
                     held, next_due = self._load(now)
@@ -96,13 +101,12 @@ class Admission:
                         break
                     if next_due < math.inf:
                         wait = max(self.MIN_WAIT_S, next_due - now)  # busyness has no event
-                if self._changed is None:
-                    self._changed = anyio.Event()
-                changed = self._changed
+                wakeup = self._wakeups[run] = anyio.Event()
                 with anyio.move_on_after(math.inf if wait is None else wait):
-                    await changed.wait()
+                    await wakeup.wait()
         finally:
             del self._waiting[run]
+            self._wakeups.pop(run, None)
             self._notify()  # the next in order may go (also if this one was cancelled)
         now = anyio.current_time()
         # Starting up is CPU work until measured otherwise.

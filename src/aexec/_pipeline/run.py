@@ -28,7 +28,6 @@ from .._boundary.scratch import (
     import_roots,
     make_scratch,
     make_view,
-    masks,
     remove_scratch,
     run_uid,
     seal_scratch,
@@ -243,7 +242,7 @@ async def run_once(
                     uid=uid,
                     supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
                     sibling_prefix=os.path.join(os.path.dirname(scratch.root), SCRATCH_PREFIX),
-                    masks=masks(needed_paths(scratch, toolchain_paths)),
+                    masks=session.masks(needed_paths(scratch, toolchain_paths)),
                 )
             facts = RunFacts(
                 runner=job.runner,

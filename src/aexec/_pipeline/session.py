@@ -20,6 +20,7 @@ from .._boundary.admission import Admission
 from .._boundary.bytecode import compile_bytecode, prune, touch
 from .._boundary.forkserver import ForkServer
 from .._boundary.isolation import Isolation
+from .._boundary.scratch import masks
 from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
 from .._log import get_logger
@@ -140,6 +141,19 @@ class Session:
         #: Per repo, what the call's test runs select of it together (None: a whole suite).
         self.selections = selections
         self.runs = 0
+        self._masks: dict[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]] = {}
+
+    def masks(self, needed: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """`aexec._boundary.scratch.masks` of ``needed``, looked up once per call: the
+        same toolchain's paths for every run (a scratch root among them, outside a tmp
+        target, makes each run's its own)."""
+        key = tuple(needed)
+        found = self._masks.get(key)
+        if found is None:
+            found = masks(needed)
+            if len(self._masks) < 64:
+                self._masks[key] = found
+        return found
 
     async def repo_hash(self, repo: str) -> str:
         found, _ = await self.repo_hashes.run(repo, lambda: in_thread(hash_tree, repo))
