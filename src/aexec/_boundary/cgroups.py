@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import time
-from pathlib import Path
 
 import attrs
 
@@ -127,14 +126,14 @@ class Cgroups:
         try:
             usage = next(
                 int(line.split()[1])
-                for line in Path(d, "cpu.stat").read_text().splitlines()
+                for line in _read(os.path.join(d, "cpu.stat")).splitlines()
                 if line.startswith("usage_usec ")
             )
         except (OSError, ValueError, IndexError, StopIteration):
             return None
         waited = 0
         try:
-            some = Path(d, "cpu.pressure").read_text().splitlines()[0]
+            some = _read(os.path.join(d, "cpu.pressure")).splitlines()[0]
             waited = int(some.rsplit("total=", 1)[1])
         except (OSError, ValueError, IndexError):
             pass  # no PSI in this kernel: usage alone
@@ -163,6 +162,11 @@ class Cgroups:
         remove_cgroups(self.dirs(run))
 
 
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as f:
+        return f.read()
+
+
 def _write_or_raise(path: str, value: str) -> None:
     """One ``write`` of ``value`` (a cgroup file takes a value in one write)."""
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
@@ -182,7 +186,7 @@ def _write(path: str, value: str) -> bool:
 
 def _pids(cgroup_dir: str) -> list[int]:
     try:
-        return [int(p) for p in Path(cgroup_dir, "cgroup.procs").read_text().split()]
+        return [int(p) for p in _read(os.path.join(cgroup_dir, "cgroup.procs")).split()]
     except (OSError, ValueError):
         return []
 
@@ -237,7 +241,7 @@ def own_cgroups() -> Cgroups | None:
     v2_controllers: frozenset[str] = frozenset()
     if v2 is not None:
         try:
-            enabled = Path(v2, "cgroup.subtree_control").read_text().split()
+            enabled = _read(os.path.join(v2, "cgroup.subtree_control")).split()
         except OSError:
             enabled = []
         v2_controllers = frozenset(c for c in enabled if c in ("cpu", "memory", "pids") and c not in v1)
