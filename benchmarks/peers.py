@@ -64,6 +64,7 @@ import asyncio
 import gzip
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -421,6 +422,44 @@ def run_aexec(runs: dict[str, list[dict]]) -> dict:
         return results
 
     return anyio.run(go)
+
+
+_SCRATCH = re.compile(r"/[^\s\"':]*aexec-\d+-[A-Za-z0-9_]+")
+
+
+def behaviour(obs: Any) -> tuple:
+    """What a run did, as a caller sees it: paths of the run's scratch root and timings aside."""
+
+    def scrub(text: str | None) -> str | None:
+        return None if text is None else _SCRATCH.sub("<scratch>", text)
+
+    f = obs.failure
+    return (
+        obs.verdict,
+        obs.exit_code,
+        obs.signal,
+        obs.timed_out,
+        obs.stdout,
+        scrub(obs.stderr),
+        None if f is None else (f.failure_class, scrub(f.location), scrub(f.message), f.exit_code),
+    )
+
+
+def run_cold_check(items: list[dict]) -> dict:
+    """Goal 5: the HumanEval-style workload warm (fork server, the default) and cold
+    (``Options(forkserver=False)``: a fresh interpreter per run), observation by observation."""
+    import anyio
+
+    from aexec import Options, observe_many
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        warm = await observe_many(candidates(items))
+        cold = await observe_many(candidates(items), options=Options(forkserver=False))
+        return warm, cold
+
+    warm, cold = anyio.run(go)
+    differing = [it["id"] for it, w, c in zip(items, warm, cold, strict=True) if behaviour(w) != behaviour(c)]
+    return {"n": len(items), "same": len(items) - len(differing), "differing": differing}
 
 
 class Recorder:
@@ -833,6 +872,40 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def plot_scale(sc: dict, path: Path) -> None:
+    """Goal 4: observations per second over the run (per bucket) and aexec's RSS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = sc["bucket_s"]
+    xs = [width * (i + 0.5) for i in range(len(sc["per_bucket_rate"]))]
+    ax.plot(xs, sc["per_bucket_rate"], marker="o", label="observations/s (per bucket)")
+    ax.set_xlabel("seconds into one observe_many")
+    ax.set_ylabel("observations / s")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    rss = ax.twinx()
+    rss.plot(
+        [t for t, _ in sc["rss_series"]],
+        [r for _, r in sc["rss_series"]],
+        color="tab:red",
+        lw=1,
+        label="RSS (MiB)",
+    )
+    rss.set_ylabel("aexec process RSS (MiB)")
+    rss.set_ylim(bottom=0, top=max(220, 1.1 * sc["rss_mib_max"]))
+    rss.axhline(200, color="tab:red", ls=":", lw=1)
+    ax.set_title(
+        f"{sc['n']:,} trivial snippets, one observe_many: {sc['rate']:.0f}/s overall, peak RSS {sc['rss_mib_max']} MiB"
+    )
+    fig.legend(loc="lower center", ncol=2, fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", nargs=4, metavar=("HARNESS", "IN", "OUT", "PYTHON"), help=argparse.SUPPRESS)
@@ -848,6 +921,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-venv", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--png", type=Path)
+    ap.add_argument("--scale-png", type=Path, help="goal 4's plot: rate per bucket and RSS over time")
+    ap.add_argument(
+        "--cold-check",
+        action="store_true",
+        help="goal 5: the HumanEval-style workload warm vs cold, compared",
+    )
     args = ap.parse_args(argv)
     if args.worker:
         worker_main(*args.worker)
@@ -925,6 +1004,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.png:
             plot(rows, args.png)
             print(f"plot: {args.png}")
+    if args.cold_check:
+        items = build_workload()
+        if args.problems:
+            items = items[: 2 * args.problems] + [it for it in items if it["label"] == "timeout"]
+        cc = run_cold_check(items)
+        report["cold_check"] = cc
+        print(f"\n[goal 5] warm vs cold on {cc['n']} HumanEval-style programs: {cc['same']} identical")
+        for name in cc["differing"][:10]:
+            print(f"  differs: {name}")
     if args.latency:
         l0 = load1()
         lat = run_latency(args.latency)
@@ -949,6 +1037,9 @@ def main(argv: list[str] | None = None) -> int:
                 sc["bucket_s"], " ".join(f"{r:.0f}" for r in sc["per_bucket_rate"])
             )
         )
+        if args.scale_png:
+            plot_scale(sc, args.scale_png)
+            print(f"  plot: {args.scale_png}")
         for k in ("fds", "mounts", "run_cgroups", "descendants", "rss_mib"):
             print(
                 f"  {k:12s} before {sc['before'][k]:6d}  after {sc['after'][k]:6d}  after aclose {sc['after_aclose'][k]:6d}"

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 import anyio
 
@@ -143,7 +144,7 @@ class Observer:
 
     async def observe_checked(
         self,
-        items: Sequence[Candidate],
+        items: list[Candidate],
         checked: Sequence[tuple[Classification, Runner]],
         *,
         options: Options | None = None,
@@ -151,7 +152,9 @@ class Observer:
     ) -> list[ExecutionObservation]:
         """Observe candidates already checked (``aexec.observe_many`` does that), in input
         order, under the call's ``options`` (default: the observer's own; their ``limit``,
-        ``cache_dir`` and ``ablate`` are the call's, the rest the observer's)."""
+        ``cache_dir`` and ``ablate`` are the call's, the rest the observer's).
+
+        ``items`` is the call's own list: each entry is set to None once it is taken."""
         opts = self.options if options is None else options
         cores = os.cpu_count() or 1
         slots = opts.limit if opts.limit is not None else WAITING_RUNS_PER_CORE * cores
@@ -180,13 +183,16 @@ class Observer:
             DEFERRED_CLEANUP.set(leftover)
             try:
                 async for i in receive:
-                    classification, runner = checked[i]
+                    candidate, (classification, runner) = items[i], checked[i]
+                    # Observed candidates are let go as they are done: a call of 100,000
+                    # holds each only until its observation is made (issue 20, goal 4).
+                    cast("list[Candidate | None]", items)[i] = None
                     try:
-                        job = await session.job(i, items[i], classification, runner)
+                        job = await session.job(i, candidate, classification, runner)
                         obs = await observe_one(session, job)
                     except Exception as e:
-                        obs = unobservable(items[i], classification, e, self.version)
-                        log.error("observation_failed", candidate=items[i].id, error=obs.error)
+                        obs = unobservable(candidate, classification, e, self.version)
+                        log.error("observation_failed", candidate=candidate.id, error=obs.error)
                     results[i] = obs
                     try:
                         if on_observation is not None:
