@@ -504,8 +504,9 @@ def fmt_dist(d: dict[str, float]) -> str:
     return " ".join(f"{k} {d[k]:6.1f}" for k in ("p50", "p90", "p99", "max", "mean"))
 
 
-def run_latency(n: int) -> dict:
-    """Goal 3, and the breakdown of each observation's life from the recorder's stamps."""
+def run_latency(n: int, limit: int | None = None) -> dict:
+    """Goal 3, and the breakdown of each observation's life from the recorder's stamps
+    (``limit``: the call's ``limit=``, default aexec's own)."""
     import anyio
 
     import aexec
@@ -522,7 +523,10 @@ def run_latency(n: int) -> dict:
             cands = [Candidate("run_entry", "snippet", id=i, code=STAMPED.format(i=i)) for i in range(n)]
             t0 = time.monotonic()
             obs = await aexec.observe_many(
-                cands, observer=o, on_observation=lambda i, _: observed.__setitem__(i, time.monotonic())
+                cands,
+                observer=o,
+                limit=limit,
+                on_observation=lambda i, _: observed.__setitem__(i, time.monotonic()),
             )
             return t0, obs
 
@@ -866,7 +870,8 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.bar([i + w / 2 for i in x], [r["triv_rate"] for r in ok], w, label="trivial programs")
     ax.set_xticks(list(x), [r["harness"] for r in ok])
     ax.set_ylabel("programs/s (2 cores)")
-    ax.set_title("Eval-scale throughput vs peers (issue 20), provisional: shared machine")
+    loads = [x for r in ok for x in r["load1"]]
+    ax.set_title(f"Eval-scale throughput vs peers (issue 20); load1 {min(loads):.1f}–{max(loads):.1f} during")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -914,6 +919,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", type=int, default=0, help="smoke: only the first K problems (+ the loops)")
     ap.add_argument("--latency", type=int, default=1000, help="goal 3: N trivial snippets (0: skip)")
     ap.add_argument("--scale", type=int, default=0, help="goal 4: N trivial snippets (0: skip)")
+    ap.add_argument(
+        "--latency-limits",
+        type=lambda v: [int(x) for x in v.split(",") if x],
+        default=[],
+        help="goal 3 again with these limit= values (comma-separated), after the default",
+    )
     ap.add_argument("--diagnose", action="store_true", help="per-step micro-timings and a py-spy profile")
     ap.add_argument(
         "--strace", type=int, default=0, help="strace -c the fork server and aexec over N snippets"
@@ -1013,12 +1024,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n[goal 5] warm vs cold on {cc['n']} HumanEval-style programs: {cc['same']} identical")
         for name in cc["differing"][:10]:
             print(f"  differs: {name}")
-    if args.latency:
+    for limit in (None, *args.latency_limits):
+        if not args.latency:
+            break
         l0 = load1()
-        lat = run_latency(args.latency)
-        report["latency"] = lat
+        lat = run_latency(args.latency, limit)
+        report["latency" if limit is None else f"latency_limit_{limit}"] = lat
         print(
-            f"\n[goal 3] {lat['n']} trivial snippets, one observe_many: {lat['rate']:.1f}/s, "
+            f"\n[goal 3] {lat['n']} trivial snippets, one observe_many (limit={limit}): {lat['rate']:.1f}/s, "
             f"{lat['in_execute_at_once']:.2f} runs inside execute on average, load {l0:.2f}->{load1():.2f}"
         )
         print(f"  admission -> observation (ms): {fmt_dist(lat['latency_ms'])}   (not stamped: {lat['bad']})")
