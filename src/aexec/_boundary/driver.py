@@ -23,14 +23,17 @@ With a ``box`` in the spec (root, namespaces available) it runs as three process
             kernel rlimits; then runs the snippet, command, or pytest.
 
 When init dies, the kernel kills everything left in its PID namespace. Any step of the
-boundary that fails aborts the run (exit 125) rather than run it with less.
+boundary that fails aborts the run (exit 125) rather than run it with less. A child
+that is not pytest ends through `leave`: the interpreter's shutdown as a program can
+see it, without freeing the driver's heap object by object.
 
 ``python -s driver.py --serve MODE SUPERVISOR_PID FD`` is the fork server
 (``aexec._boundary.forkserver``): one warm interpreter that has imported what a cold driver
 imports before the candidate's code anyway (``runpy``, ``subprocess``; with ``MODE``
 ``pytest`` also pytest, its built-in plugins and the interpreter's auto-loaded plugins)
-and forks the outer process of each
-run on request. The forked child sets up exactly what a fresh
+and forks each run on request: a run with a ``box`` straight into its new namespaces
+as their init (`fork_init`; the outer process above is then not needed), any other its
+outer process. The forked child sets up exactly what a fresh
 ``python -s driver.py SPEC`` would have (fds 0-2, session, cwd, environment, argv) and
 goes on as ``main()`` — same boundary, same code; only the start-up is skipped.
 
@@ -833,14 +836,18 @@ def fork_init() -> int:
     assert _SYS_CLONE is not None
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | signal.SIGCHLD
     ctypes.pythonapi.PyOS_BeforeFork()
-    pid = _libc_gil.syscall(
-        ctypes.c_long(_SYS_CLONE),
-        ctypes.c_ulong(flags),
-        ctypes.c_long(0),
-        ctypes.c_long(0),
-        ctypes.c_long(0),
-        ctypes.c_long(0),
-    )
+    try:
+        pid = _libc_gil.syscall(
+            ctypes.c_long(_SYS_CLONE),
+            ctypes.c_ulong(flags),
+            ctypes.c_long(0),
+            ctypes.c_long(0),
+            ctypes.c_long(0),
+            ctypes.c_long(0),
+        )
+    except BaseException:
+        ctypes.pythonapi.PyOS_AfterFork_Parent()
+        raise
     if pid == 0:
         ctypes.pythonapi.PyOS_AfterFork_Child()
         return 0
