@@ -81,7 +81,7 @@ class _PipeStream(anyio.abc.ByteReceiveStream):
 
 
 class ServedProcess(anyio.abc.Process):
-    """A run's outer process as forked by a `ForkServer`."""
+    """A run's first process as forked by a `ForkServer`: its outer process, or its init."""
 
     def __init__(
         self, pid: int, reply: socket.socket, stdout: int, stderr: int, *, init: bool = False
