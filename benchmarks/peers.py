@@ -184,6 +184,15 @@ def build_workload() -> list[dict]:
     return items
 
 
+def he_workload(problems: int) -> list[dict]:
+    """The HumanEval-style workload; with ``problems`` (a smoke run) only the first
+    ``problems`` problems' two programs, and the loops."""
+    he = build_workload()
+    if problems:
+        he = he[: 2 * problems] + [it for it in he if it["label"] == "timeout"]
+    return he
+
+
 def trivial_items(n: int, tag: str = "trivial") -> list[dict]:
     test = "def check(candidate):\n    pass\n"
     return [
@@ -954,9 +963,7 @@ def main(argv: list[str] | None = None) -> int:
     if harnesses:
         status = {} if args.no_venv else ensure_venv()
         report["peers"] = status
-        he = build_workload()
-        if args.problems:
-            he = he[: 2 * args.problems] + [it for it in he if it["label"] == "timeout"]
+        he = he_workload(args.problems)
         runs = {"he": he, "trivial": trivial_items(args.trivial)}
         print(
             f"workload: {len(he)} HumanEval-style programs, {args.trivial} trivial; deadline {TIMEOUT_S:g} s"
@@ -1016,10 +1023,7 @@ def main(argv: list[str] | None = None) -> int:
             plot(rows, args.png)
             print(f"plot: {args.png}")
     if args.cold_check:
-        items = build_workload()
-        if args.problems:
-            items = items[: 2 * args.problems] + [it for it in items if it["label"] == "timeout"]
-        cc = run_cold_check(items)
+        cc = run_cold_check(he_workload(args.problems))
         report["cold_check"] = cc
         print(f"\n[goal 5] warm vs cold on {cc['n']} HumanEval-style programs: {cc['same']} identical")
         for name in cc["differing"][:10]:

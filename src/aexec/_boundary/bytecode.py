@@ -132,17 +132,23 @@ async def compile_bytecode(python: str, repo: str, tests: Iterable[str] | None, 
 BYTECODE_KEPT = 64
 
 
+def _remove_unless_dir(path: str) -> bool:
+    """Remove (and log) what stands at ``path`` if it is not a directory (a file, a link,
+    a FIFO); whether something was removed."""
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
+        log.warning("bytecode_store_damaged", path=path)
+        os.unlink(path)
+        return True
+    return False
+
+
 def touch(out: str, base: str) -> bool:
     """Whether ``out`` was compiled already and is intact (then marked recent, for
     pruning). A damaged one (a file changed, added or missing: `verified`) is removed,
     to be compiled again, and logged. A store that is not a directory is replaced."""
-    if os.path.lexists(base) and (os.path.islink(base) or not os.path.isdir(base)):
-        log.warning("bytecode_store_damaged", path=base)
-        os.unlink(base)
+    _remove_unless_dir(base)
     os.makedirs(base, exist_ok=True)
-    if os.path.lexists(out) and (os.path.islink(out) or not os.path.isdir(out)):
-        log.warning("bytecode_store_damaged", path=out)
-        os.unlink(out)
+    if _remove_unless_dir(out):
         return False
     try:
         os.utime(out)
