@@ -39,8 +39,9 @@ EOF_GRACE_S = 1.0
 #: How long a killed run may take to be reaped before the wrapper itself is killed.
 KILL_WAIT_S = 5.0
 _CHUNK = 65536
-#: After a read that did not fill a chunk, the next waits this long: a chatty run (pytest's
-#: dot per test, written unbuffered) then costs aexec a wake-up per interval, not per write.
+#: After a read that did not fill a chunk, the next waits this long while the run lives: a
+#: chatty run (pytest's dot per test, written unbuffered) then costs aexec a wake-up per
+#: interval, not per write. Once the run has exited, what is left is read at once.
 _COALESCE_S = 0.005
 
 
@@ -71,7 +72,9 @@ class _Sink:
         self.dropped = 0
         self.done = anyio.Event()
 
-    async def drain(self, stream: anyio.abc.ByteReceiveStream) -> None:
+    async def drain(self, stream: anyio.abc.ByteReceiveStream, exited: anyio.Event) -> None:
+        """Read ``stream`` to its end; between short reads, pause until ``exited`` is set
+        or `_COALESCE_S` has passed, whichever comes first."""
         try:
             while True:
                 try:
@@ -82,8 +85,9 @@ class _Sink:
                 if room > 0:
                     self.kept += chunk[:room]
                 self.dropped += max(0, len(chunk) - max(room, 0))
-                if len(chunk) < _CHUNK:
-                    await anyio.sleep(_COALESCE_S)
+                if len(chunk) < _CHUNK and not exited.is_set():
+                    with anyio.move_on_after(_COALESCE_S):
+                        await exited.wait()
         finally:
             self.done.set()
 
@@ -206,13 +210,14 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     start = anyio.current_time()
     proc = await _spawn(inv)
     out, err = _Sink("stdout"), _Sink("stderr")
+    exited = anyio.Event()
     timed_out = False
     killed_usage: tuple[float | None, int | None] = (None, None)
     try:
         async with anyio.create_task_group() as tg:
             assert proc.stdout is not None and proc.stderr is not None
-            tg.start_soon(out.drain, proc.stdout)
-            tg.start_soon(err.drain, proc.stderr)
+            tg.start_soon(out.drain, proc.stdout, exited)
+            tg.start_soon(err.drain, proc.stderr, exited)
             with anyio.move_on_after(inv.timeout_s) as deadline:
                 await proc.wait()
             if deadline.cancelled_caught:
@@ -224,6 +229,7 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
                 if stuck.cancelled_caught:
                     proc.kill()
                     await proc.wait()
+            exited.set()
             with anyio.move_on_after(EOF_GRACE_S) as grace:
                 await out.done.wait()
                 await err.done.wait()
