@@ -102,8 +102,13 @@ PURE = {
 }
 IO_MODULES = {"anyio", "subprocess", "shutil", "tempfile", "socket", "asyncio", "trio"}
 OPTIONAL = {m for m in ORDER if ORDER[m][0] == 6}
-#: Not imported at all: run by path inside the boundary.
+#: Not imported at all: run by path inside the boundary, and its parts, loaded by path.
 DRIVER = "_boundary.driver"
+DRIVER_PARTS = "_boundary._driver"
+
+
+def _is_driver(name: str) -> bool:
+    return name in (DRIVER, DRIVER_PARTS) or name.startswith(DRIVER_PARTS + ".")
 
 
 def _name(path: Path) -> str:
@@ -147,12 +152,12 @@ def _resolve(target: str) -> str:
 
 
 def test_every_module_has_a_layer() -> None:
-    assert set(_modules()) - {DRIVER, "__init__"} | {"__init__"} == set(ORDER) | {"__init__"}
+    assert {m for m in _modules() if not _is_driver(m)} | {"__init__"} == set(ORDER) | {"__init__"}
 
 
 def test_imports_point_downward_only() -> None:
     for name, path in _modules().items():
-        if name == DRIVER:
+        if _is_driver(name):
             continue
         for imp in _imports(path, "" if name == "__init__" else name):
             if not imp.startswith("."):
@@ -186,13 +191,38 @@ def test_pure_stages_do_no_io_and_nothing_imports_an_event_loop() -> None:
 
 def test_the_driver_and_the_wire_use_only_the_standard_library() -> None:
     mods = _modules()
-    for name in (DRIVER, "_wire"):
+    names = [n for n in mods if _is_driver(n)] + ["_wire"]
+    assert len(names) > 3
+    for name in names:
         for imp in _imports(mods[name], name):
             if imp.startswith("."):
-                assert name == DRIVER and imp == "._wire", f"{name} imports {imp}"  # under TYPE_CHECKING only
+                # Under TYPE_CHECKING only: at run time the driver loads these by path.
+                assert _is_driver(name) and (imp.startswith("._wire") or _is_driver(imp[1:])), (
+                    f"{name} imports {imp}"
+                )
                 continue
             root = imp.split(".")[0]
             assert root in sys.stdlib_module_names or root in ("__future__", "pytest", "_pytest"), imp
+
+
+def test_the_driver_imports_aexec_only_for_the_type_checker() -> None:
+    """Every import of an aexec module in the driver's files sits under ``if TYPE_CHECKING:``."""
+    for name, path in _modules().items():
+        if not _is_driver(name):
+            continue
+        tree = ast.parse(path.read_text())
+        guarded = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If)
+            and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING"
+            for stmt in node.body
+            for n in ast.walk(stmt)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert id(node) in guarded, f"{name} line {node.lineno} imports from aexec at run time"
 
 
 def test_no_module_is_long_without_a_reason() -> None:

@@ -77,15 +77,16 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
 }
 
 #: Run ``driver.py`` as a file (``runpy.run_path``, as ``python driver.py`` would, minus
-#: ``main()``) and write the records of stdin through its own ``Report``.
+#: ``main()``) and write the records of stdin through its own ``Report`` (``_driver/reporting.py``).
 WRITER = """\
 import json, runpy, sys
 driver = runpy.run_path(sys.argv[1], run_name="aexec_driver")
-report = driver["Report"](sys.argv[2])
+report = driver["reporting"].Report(sys.argv[2])
 for kind, fields in json.load(sys.stdin):
     report.write(kind, **fields)
+wire = driver["wire"]
 print(json.dumps({
-    "caps": [driver["FRAME_CAP"], driver["MESSAGE_CAP"], driver["BOX_FAILED"]],
+    "caps": [wire.FRAME_CAP, wire.MESSAGE_CAP, wire.BOX_FAILED],
     "aexec_imported": sorted(m for m in sys.modules if m == "aexec" or m.startswith("aexec.")),
 }))
 """
@@ -250,10 +251,11 @@ def observed_caps(driver: str, tmp_path: Path) -> tuple[int, int, int]:
 
 def test_the_driver_applies_the_wires_caps(tmp_path: Path) -> None:
     assert observed_caps(DRIVER, tmp_path / "real") == (_wire.FRAME_CAP, _wire.MESSAGE_CAP, _wire.BOX_FAILED)
-    # A copy of the package's two files, with other caps in its wire: the driver follows.
+    # A copy of the driver's files and the wire, with other caps in its wire: the driver follows.
     other = tmp_path / "other" / "aexec"
     (other / "_boundary").mkdir(parents=True)
     shutil.copy(DRIVER, other / "_boundary" / "driver.py")
+    shutil.copytree(Path(DRIVER).parent / "_driver", other / "_boundary" / "_driver")
     wire = Path(_wire.__file__).read_text()
     for name, old, new in [("FRAME_CAP", 32, 7), ("MESSAGE_CAP", 4096, 100), ("BOX_FAILED", 125, 99)]:
         assert getattr(_wire, name) == old

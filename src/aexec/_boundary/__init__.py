@@ -1,6 +1,7 @@
 """The boundary and the process shell: everything that touches processes, mounts,
 cgroups and the filesystem for a run. ``supervise`` is the only module that spawns and
-kills a run; ``driver.py`` is what runs inside the boundary."""
+kills a run; ``driver.py`` (with its parts in ``_driver/``) is what runs inside the
+boundary."""
 
 from __future__ import annotations
 

@@ -1,0 +1,353 @@
+"""The runners: what a run does once the boundary is built, one per ``Instructions.runner``
+(a snippet, a command, a compile check, pytest, a toolchain's steps), each reporting as
+it goes and returning the run's exit status.
+
+Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` and
+``reporting`` given).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import stat
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ... import _wire as wire
+    from ..._wire import Instructions
+    from . import reporting
+    from .reporting import Report
+# else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
+
+
+def run_snippet(spec: Instructions, report: Report) -> int:
+    import runpy
+
+    path = spec["snippet"]
+    assert path is not None  # a snippet runner always has one
+    sys.argv = [path]
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        report.write("exit", code=repr(code))
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except BaseException as e:
+        report.write("exception", phase="run", **reporting.describe(e))
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def run_command(spec: Instructions, report: Report) -> int:
+    import subprocess
+
+    try:
+        # The repo's import roots, as a snippet or pytest run gets them on sys.path.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(spec["sys_path"]))
+        proc = subprocess.Popen(spec["argv"], cwd=spec["cwd"], env=env)
+    except OSError as e:
+        report.write("exception", phase="spawn", **reporting.describe(e))
+        print(f"aexec: cannot run {spec['argv'][0]!r}: {e}", file=sys.stderr)
+        return 127
+    _, status, _ = os.wait4(proc.pid, 0)
+    if os.WIFSIGNALED(status):
+        report.write("child", exit=None, signal=os.WTERMSIG(status))
+        return 128 + os.WTERMSIG(status)
+    code = os.waitstatus_to_exitcode(status)
+    report.write("child", exit=code, signal=None)
+    return code
+
+
+def compile_snippet(spec: Instructions, report: Report) -> int:
+    path = spec["snippet"]
+    assert path is not None  # a snippet runner always has one
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        report.write("exception", phase="compile", **reporting.describe(e))
+        traceback.print_exc(limit=0)
+        return 1
+    return 0
+
+
+SKIP_DIRS = {".git", "__pycache__", ".tox", ".venv", "venv", ".eggs", "node_modules"}
+
+
+def compile_tree(spec: Instructions, report: Report) -> int:
+    import importlib
+
+    root = spec["cwd"]
+    failed = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                with open(path, "rb") as f:
+                    compile(f.read(), path, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as e:
+                failed += 1
+                report.write("exception", phase="compile", **reporting.describe(e))
+                print("".join(traceback.format_exception_only(e)), end="", file=sys.stderr)
+    if failed:
+        return 1
+    for module in spec["import_modules"]:
+        try:
+            importlib.import_module(module)
+        except BaseException as e:
+            failed += 1
+            report.write("exception", phase="import", module=module, **reporting.describe(e))
+            traceback.print_exc()
+    return 1 if failed else 0
+
+
+class Reporter:
+    """A pytest plugin: per-test verdicts from pytest's own hooks, not its terminal text."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.verdicts: dict[str, str] = {}
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self.report.write("collected", count=len(session.items))
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.report.write(
+                "collect_error", nodeid=report.nodeid, text=str(report.longrepr)[: wire.MESSAGE_CAP]
+            )
+
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        exc = call.excinfo.value
+        phase = getattr(report, "when", None) or "collect"
+        if phase == "collect" and exc.__cause__ is not None:
+            exc = exc.__cause__  # pytest wraps SyntaxError/ImportError in CollectError
+        self.report.write("exception", phase=phase, nodeid=node.nodeid, **reporting.describe(exc))
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.report.write("start", nodeid=nodeid)
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        prior = self.verdicts.get(report.nodeid)
+        if report.when == "setup":
+            verdict = "errored" if report.failed else "skipped" if report.skipped else None
+        elif report.when == "call":
+            verdict = "passed" if report.passed else "skipped" if report.skipped else "failed"
+            if prior == "failed":
+                verdict = prior  # a failed subtest report is not undone by the test's own pass
+        else:  # teardown
+            verdict = "errored" if report.failed and prior in (None, "passed") else prior
+        if verdict is not None:
+            self.verdicts[report.nodeid] = verdict
+        if report.failed and getattr(report, "node", None) is not None:
+            self.relay(report)  # a pytest-xdist worker's: its exception never reaches this process
+
+    def relay(self, report: Any) -> None:
+        """The exception of a worker's failed report, from its crash line (``Type: message``,
+        or a rewritten assert's ``assert ...``): its type's MRO is known for builtins only."""
+        import builtins
+        import re
+
+        crash: Any = getattr(report.longrepr, "reprcrash", None)
+        text = str(getattr(crash, "message", "") or "")
+        name, sep, message = text.partition(": ")
+        if text.startswith("assert ") or text == "assert":
+            name, message = "AssertionError", text
+        elif not re.fullmatch(r"[A-Za-z_][\w.]*", name) or not (sep or name == text):
+            return
+        cls = getattr(builtins, name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            bases = [reporting.qualname(c) for c in cls.__mro__]
+        else:
+            bases = [name if "." in name else f"builtins.{name}"]  # pytest's Failed is "builtins"
+        frames = [[str(crash.path), int(crash.lineno or 0), ""]] if getattr(crash, "path", None) else []
+        self.report.write(
+            "exception",
+            phase=report.when,
+            nodeid=report.nodeid,
+            type=bases[0],
+            bases=bases,
+            message=message[: wire.MESSAGE_CAP],
+            errno=None,
+            frames=frames,
+        )
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self.report.write("test", nodeid=nodeid, verdict=self.verdicts.get(nodeid, "errored"))
+
+
+def run_pytest(spec: Instructions, report: Report) -> int:
+    try:
+        import pytest
+    except BaseException as e:
+        report.write("exception", phase="import", **reporting.describe(e))
+        traceback.print_exc()
+        return 1
+    rc = pytest.main(list(spec["pytest_args"]), plugins=[Reporter(report)])
+    report.write("end", exitstatus=int(rc))
+    return int(rc)
+
+
+# -- the steps runner: toolchains of languages beyond Python (aexec._languages) --------
+
+
+def _pump_step(proc: Any, forward: dict[int, int]) -> dict[int, str]:
+    """Drain a step's stdout and stderr pipes until both close: forward each chunk to
+    ``forward[fd]`` (the run's own stdout or stderr) and keep its text, capped."""
+    import selectors
+
+    cap = wire.STEP_STREAM_CAP
+    head: dict[int, bytearray] = {}
+    tail: dict[int, bytearray] = {}
+    total: dict[int, int] = {}
+    sel = selectors.DefaultSelector()
+    for f in (proc.stdout, proc.stderr):
+        fd = f.fileno()
+        head[fd], tail[fd], total[fd] = bytearray(), bytearray(), 0
+        sel.register(fd, selectors.EVENT_READ)
+    while sel.get_map():
+        for key, _ in sel.select():
+            fd = int(key.fd)
+            try:
+                chunk = os.read(fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                sel.unregister(fd)
+                continue
+            if fd in forward:
+                with contextlib.suppress(OSError):
+                    os.write(forward[fd], chunk)
+            total[fd] += len(chunk)
+            room = cap // 2 - len(head[fd])
+            if room > 0:
+                head[fd] += chunk[:room]
+                chunk = chunk[room:]
+            tail[fd] += chunk
+            del tail[fd][: max(0, len(tail[fd]) - cap // 2)]
+    sel.close()
+    out = {}
+    for fd in head:
+        text = head[fd].decode("utf-8", "replace")
+        dropped = total[fd] - len(head[fd]) - len(tail[fd])
+        if dropped > 0:
+            text += wire.CUT_MARKER.format(dropped=dropped)
+        out[fd] = text + tail[fd].decode("utf-8", "replace")
+    return out
+
+
+def _read_evidence(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(wire.STEP_EVIDENCE_CAP).decode("utf-8", "replace")
+
+
+def run_steps(spec: Instructions, report: Report) -> int:
+    """Run the planned toolchain steps in order; stop at the first that fails.
+
+    Each step's stdout and stderr are pipes the driver drains, kept, capped (head and
+    tail), in the step's report record with its exit status and evidence file. The
+    program's (``run``) streams are also forwarded as they come to the run's stdout and
+    stderr, so those are what the program printed; a build step's are written to the
+    run's stderr only when it failed (a compiler's successful ``[]`` is not the program's). The run's deadline covers them
+    all: the supervisor kills the whole tree, and ``step_start`` says which one was running.
+    """
+    import subprocess
+
+    code = 0
+    for step in spec["steps"]:
+        report.write("step_start", name=step["name"])
+        env = dict(os.environ, **step["env"])
+        limits = step["rlimits"]
+
+        def lower(limits: dict[str, int] = limits) -> None:
+            for name, value in limits.items():
+                resource.setrlimit(getattr(resource, name), (value, value))
+
+        stdin: Any = subprocess.DEVNULL
+        try:
+            if step["stdin_file"] is not None:
+                stdin = open(os.path.join(step["cwd"], step["stdin_file"]), "rb")  # noqa: SIM115
+            proc = subprocess.Popen(
+                step["argv"],
+                cwd=step["cwd"],
+                env=env,
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=lower if limits else None,  # single-threaded child
+            )
+        except OSError as e:
+            message = f"aexec: cannot run {step['argv'][0]!r}: {e}"
+            print(message, file=sys.stderr)
+            report.write(
+                "step", name=step["name"], exit=127, signal=None, stdout="", stderr=message, evidence=None
+            )
+            return 127
+        finally:
+            if stdin is not subprocess.DEVNULL:
+                stdin.close()
+        assert proc.stdout is not None and proc.stderr is not None
+        program = step["stdout_is_program"]
+        pipes = {proc.stdout.fileno(): 1, proc.stderr.fileno(): 2}
+        texts = _pump_step(proc, pipes if program else {})
+        out_text, err_text = texts[proc.stdout.fileno()], texts[proc.stderr.fileno()]
+        _, status, _ = os.wait4(proc.pid, 0)
+        proc.returncode = 0  # reaped here; keep Popen from waiting for it again
+        signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        exit_code = None if signum is not None else os.waitstatus_to_exitcode(status)
+        report.write(
+            "step",
+            name=step["name"],
+            exit=exit_code,
+            signal=signum,
+            stdout=out_text,
+            stderr=err_text,
+            evidence=_read_evidence(step["evidence_file"]),
+        )
+        proc.stdout.close()
+        proc.stderr.close()
+        code = 128 + signum if signum is not None else int(exit_code or 0)
+        if code != 0:
+            if not program:  # a failed build step's output is the run's stderr
+                for text in (out_text, err_text):
+                    with contextlib.suppress(OSError):
+                        os.write(2, text.encode("utf-8", "replace"))
+            return code
+    return code
+
+
+RUNNERS = {
+    "snippet": run_snippet,
+    "command": run_command,
+    "compile_snippet": compile_snippet,
+    "compile_tree": compile_tree,
+    "pytest": run_pytest,
+    "steps": run_steps,
+}
+
+
+#: What ``runpy.run_path`` imports on its first call: imported before the candidate
+#: runs, cold and warm alike (the fork server has them already).
+RUNPY_IMPORTS = ("runpy", "pkgutil", "weakref")

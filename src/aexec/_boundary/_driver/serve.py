@@ -1,0 +1,236 @@
+"""The fork server (``python -s driver.py --serve MODE SUPERVISOR_PID FD``, started by
+`aexec._boundary.forkserver`): one warm interpreter that has imported what a cold driver
+imports before the candidate's code anyway, and forks each run on request.
+
+A run with a ``box`` is forked straight into its new namespaces as their init
+(`kernel.fork_init`), any other as its outer process. The forked child sets up exactly
+what a fresh ``python -s driver.py SPEC`` would have (`become`: fds 0-2, session, cwd,
+environment) and returns to the driver's ``main()`` with its spec: same boundary, same
+code; only the start-up is skipped.
+
+Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
+``kernel`` and ``runners`` given).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ... import _wire as wire
+    from ..._wire import SpawnRequest
+    from . import kernel, runners
+# else: the modules are given by the driver's loader (see `aexec._boundary._driver`).
+
+
+def preload_pytest() -> None:
+    """Import what a cold pytest run imports before the candidate's code: pytest, its
+    built-in plugins and — unless the environment turns auto-loading off, as a run's
+    would — the modules of the interpreter's plugins (entry points ``pytest11``), so
+    warm runs do not pay for them. Importing a plugin registers nothing: each run's
+    pytest still loads it itself. One that does not import is left to fail in the run,
+    as it would cold."""
+    import importlib
+
+    import _pytest.config
+
+    for name in _pytest.config.default_plugins:
+        importlib.import_module(f"_pytest.{name}")
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return
+    import importlib.metadata
+
+    # Through pytest's assertion-rewriting import hook, with the plugins' modules marked
+    # as pytest marks them: a run's pytest then finds them rewritten, as a cold run
+    # would have imported them (and warns of no "already imported" module).
+    hook: Any = None
+    try:
+        import _pytest.assertion
+
+        config = _pytest.config.get_config()
+        hook = _pytest.assertion.install_importhook(config)
+        config._mark_plugins_for_rewrite(hook, False)
+    except Exception:
+        # An older pytest (< 8.4: the hook reads the ini at once): a plugin imported
+        # plainly here would make the run's pytest warn "Module already imported so
+        # cannot be rewritten" (an error under ``filterwarnings = error``), as a cold
+        # run never does. Leave the plugins to the run.
+        if hook is not None and hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        return
+    try:
+        for dist in importlib.metadata.distributions():
+            for ep in dist.entry_points:
+                if ep.group == "pytest11":
+                    with contextlib.suppress(Exception):
+                        importlib.import_module(ep.module)
+        # What the plugins import when pytest configures (hypothesis imports most of
+        # itself then): learnt from a pytest start on an empty directory in a child of
+        # this interpreter, and imported here in the same order. Imports only: no hook
+        # runs, nothing is configured; each run's pytest still does all of that itself.
+        for name in startup_modules():
+            if name not in sys.modules:
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
+    finally:
+        if hook is not None and hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+
+
+#: Run by `startup_modules` in a child: pytest started on an empty directory, then the
+#: modules it imported, in order, written to the file named by argv[1].
+_STARTUP = """\
+import json, sys, pytest
+pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", ".", "."])
+with open(sys.argv[1], "w") as f:
+    json.dump(list(sys.modules), f)
+"""
+
+
+def startup_modules() -> list[str]:
+    """The modules a pytest start imports in this interpreter and environment (none if
+    that cannot be learnt within a few seconds)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix="aexec-startup-")
+    out = os.path.join(home, "modules.json")
+    try:
+        subprocess.run(
+            [sys.executable, "-s", "-c", _STARTUP, out],
+            cwd=home,
+            env=dict(os.environ, HOME=home, TMPDIR=home),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=20,
+            check=False,
+        )
+        with open(out, encoding="utf-8") as f:
+            names = json.load(f)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return []
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return [n for n in names if isinstance(n, str) and n != "__main__" and not n.startswith("_pytest")]
+
+
+def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool]:
+    """Fork a run's outer process per request; returns only in a child, with its spec
+    and whether the child is already the init of the run's namespaces (`fork_init`).
+
+    A request is one datagram ``{"spec", "cwd", "env", "box"}`` on the control socket
+    carrying three fds: the reply socket, the run's stdout and stderr. The reply socket gets
+    ``{"pid"}`` at once and ``{"status"}`` (the raw wait status) when the child is reaped.
+    The server exits when aexec closes the control socket or dies (PR_SET_PDEATHSIG).
+    """
+    import selectors
+    import socket
+
+    kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
+    ctrl = socket.socket(fileno=fd)
+    if os.getppid() != supervisor_pid:
+        os._exit(wire.BOX_FAILED)
+    try:
+        # What a cold driver imports anyway before the candidate's code runs.
+        import subprocess  # noqa: F401
+
+        for name in runners.RUNPY_IMPORTS:
+            __import__(name)
+
+        if mode == "pytest":
+            preload_pytest()
+    except BaseException as e:
+        ctrl.send(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}).encode())
+        os._exit(1)
+    ctrl.send(json.dumps({"ok": True, "modules": sorted({m.split(".")[0] for m in sys.modules})}).encode())
+    # No gc.freeze(): a frozen heap hides the server's objects from gc.get_referrers
+    # and gc.get_objects, so a forked run would not see the heap a cold one does
+    # (hypothesis's register_random check warned, and filterwarnings = error failed it).
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(ctrl, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    replies: dict[int, socket.socket] = {}
+    inits: set[int] = set()
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is ctrl:
+                msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 20, 3)
+                if not msg:
+                    os._exit(0)  # aexec is done or gone
+                request = json.loads(msg)
+                reply, out, err = fds
+                as_init = bool(request.get("box")) and kernel.SYS_CLONE is not None
+                try:
+                    pid = kernel.fork_init() if as_init else os.fork()
+                except OSError:  # clone refused (a seccomp filter, say): the outer way
+                    as_init = False
+                    pid = os.fork()
+                if pid == 0:
+                    # Nothing of the server survives into the run: its sockets are
+                    # detached (not closed later by the GC, on fds the run may reuse).
+                    for sock in (ctrl, *replies.values()):
+                        sock.detach()
+                    sel.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    become(request, out, err, as_init=as_init)
+                    return str(request["spec"]), as_init
+                os.close(out)
+                os.close(err)
+                replies[pid] = socket.socket(fileno=reply)
+                if as_init:
+                    inits.add(pid)
+                with contextlib.suppress(OSError):
+                    replies[pid].send(json.dumps({"pid": pid, "init": as_init}).encode())
+            else:
+                with contextlib.suppress(OSError):
+                    os.read(wake_r, 4096)
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    sock = replies.pop(pid)
+                    if pid in inits:
+                        inits.discard(pid)
+                        if os.WIFSIGNALED(status):  # as the outer process reports it
+                            status = (128 + os.WTERMSIG(status)) << 8
+                    with contextlib.suppress(OSError):
+                        sock.send(json.dumps({"status": status}).encode())
+                    sock.close()
+
+
+def become(
+    request: SpawnRequest, out: int, err: int, *, as_init: bool = False, go: int | None = None
+) -> None:
+    """What a fresh ``Popen(argv, stdin=DEVNULL, cwd, env, start_new_session)`` gives.
+
+    An init forked into its namespaces starts no session of its own: a cold run's
+    session is its outer process's, outside the PID namespace, and so is the server's.
+    """
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    if not as_init:
+        os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None  # type: ignore[attr-defined]  # read from TMPDIR afresh
