@@ -50,7 +50,10 @@ entered and left; each observation's ``on_observation`` time less its admission 
 p50/p90/p99/max, and the breakdown of where the time went (see ``--diagnose``).
 ``--scale N`` (goal 4): N trivial snippets through one ``observe_many``: throughput per
 time bucket, aexec's RSS (sampled), and fds / mounts / cgroups / processes before and
-after. ``--diagnose``: micro-timings of the per-run steps (scratch, view, masks, seal,
+after. ``--boundary-cost N``: N trivial snippets through aexec with the whole boundary,
+without cgroups, without namespaces, and without either (``Options``), each with its
+rate and the CPU the whole machine spent per snippet (``/proc/stat``): what the
+boundary costs, and the floor of aexec's per-run path without it. ``--diagnose``: micro-timings of the per-run steps (scratch, view, masks, seal,
 snapshot, cgroup create/remove) and a py-spy profile of this process, when py-spy is in
 the peers venv. (Over 400 lines on purpose: one self-contained command, its peer workers
 included, so that the comparison is one file to read and run.) Peer harnesses run in a subprocess under the peers venv
@@ -677,6 +680,61 @@ def run_scale(n: int, buckets: int = 20) -> dict:
     }
 
 
+# --------------------------------------------------------------------------- boundary cost
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+#: (label, Options fields) for `run_boundary_cost`.
+BOUNDARY_VARIANTS = [
+    ("whole boundary", {}),
+    ("no cgroups", {"cgroups": False}),
+    ("no namespaces", {"namespaces": False}),
+    ("neither", {"cgroups": False, "namespaces": False}),
+]
+
+
+def run_boundary_cost(n: int) -> list[dict]:
+    """N trivial snippets per variant of `BOUNDARY_VARIANTS`, one ``observe_many`` each:
+    the rate, and the machine's and aexec's own CPU per snippet."""
+    import resource
+
+    import anyio
+
+    from aexec import Candidate, Options, observe_many
+
+    rows = []
+    for label, fields in BOUNDARY_VARIANTS:
+        options = Options(**fields)
+
+        async def go(options: Options = options) -> tuple[float, float, float, list[Any]]:
+            await observe_many(candidates(trivial_items(2, "warm-up")), options=options)
+            cands = [Candidate("run_entry", "snippet", code=f"x = {i}\n") for i in range(n)]
+            m0, r0, t0 = machine_cpu_s(), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+            obs = await observe_many(cands, options=options)
+            t1, r1, m1 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), machine_cpu_s()
+            own = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+            return t1 - t0, m1 - m0, own, obs
+
+        wall, machine, own, obs = anyio.run(go)
+        rows.append(
+            {
+                "variant": label,
+                "options": fields,
+                "rate": n / wall,
+                "machine_cpu_ms": 1000 * machine / n,
+                "aexec_cpu_ms": 1000 * own / n,
+                "failures": sum(o.failure is not None for o in obs),
+            }
+        )
+    return rows
+
+
 # --------------------------------------------------------------------------- diagnosis
 
 
@@ -934,6 +992,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="goal 3 again with these limit= values (comma-separated), after the default",
     )
+    ap.add_argument(
+        "--boundary-cost",
+        type=int,
+        default=0,
+        help="N trivial snippets with and without cgroups and namespaces: rate and CPU per snippet",
+    )
     ap.add_argument("--diagnose", action="store_true", help="per-step micro-timings and a py-spy profile")
     ap.add_argument(
         "--strace", type=int, default=0, help="strace -c the fork server and aexec over N snippets"
@@ -1060,6 +1124,22 @@ def main(argv: list[str] | None = None) -> int:
         for k in ("fds", "mounts", "run_cgroups", "descendants", "rss_mib"):
             print(
                 f"  {k:12s} before {sc['before'][k]:6d}  after {sc['after'][k]:6d}  after aclose {sc['after_aclose'][k]:6d}"
+            )
+    if args.boundary_cost:
+        l0 = load1()
+        bc = run_boundary_cost(args.boundary_cost)
+        report["boundary_cost"] = bc
+        print(
+            f"\n[boundary cost] {args.boundary_cost} trivial snippets per variant, load {l0:.2f}->{load1():.2f}"
+        )
+        print(
+            "| variant | snippets/s | machine CPU per snippet (ms) | aexec's own CPU per snippet (ms) | failures |"
+        )
+        print("|---|---|---|---|---|")
+        for r in bc:
+            print(
+                f"| {r['variant']} | {r['rate']:.1f} | {r['machine_cpu_ms']:.2f} | {r['aexec_cpu_ms']:.2f} "
+                f"| {r['failures']} |"
             )
     if args.diagnose:
         d = run_diagnose()
