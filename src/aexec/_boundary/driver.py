@@ -87,7 +87,7 @@ def run_candidate(spec: Instructions) -> None:
     if runner == "pytest":
         # pytest and its plugins get the interpreter's whole shutdown, as plain pytest does.
         sys.exit(runners.RUNNERS[runner](spec, report))
-    for name in runners.RUNPY_IMPORTS:
+    for name in runners.FIRST_USE_IMPORTS:
         __import__(name)
     ours = set(sys.modules)
     # The driver's own objects are never garbage: the collector no longer walks them
@@ -149,8 +149,8 @@ def main() -> None:
     if sys.argv[1] == "--serve":
         spec_path, as_init = serve.serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         sys.argv[1:] = [spec_path]
-    with open(sys.argv[1], encoding="utf-8") as f:
-        spec = json.load(f)
+    with open(sys.argv[1], "rb") as f:
+        spec = json.loads(f.read())
     box = spec.get("box")
     try:
         if box:
@@ -187,8 +187,12 @@ def _parent_pid(as_init: bool) -> int:
     if not as_init:
         return os.getppid()
     try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
+        fd = os.open("/proc/self/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            stat = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        return int(stat.rsplit(b")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return -1
 

@@ -142,7 +142,7 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool]:
         # What a cold driver imports anyway before the candidate's code runs.
         import subprocess  # noqa: F401
 
-        for name in runners.RUNPY_IMPORTS:
+        for name in runners.FIRST_USE_IMPORTS:
             __import__(name)
 
         if mode == "pytest":
