@@ -40,6 +40,21 @@ PROGRAMS = {
         "import sys, types\nm = types.ModuleType('helper')\nsys.modules['helper'] = m\n"
         "m.f = open('helper.txt', 'w')\nm.f.write('flushed at exit')\nprint('main')\n"
     ),
+    # The snippet's globals and its function refer to each other: garbage at exit,
+    # whose collector must not close the file's raw layer before its buffer is flushed.
+    "file-in-globals-cycle": (
+        "f = open('out.txt', 'w')\nf.write('flushed at exit')\ndef g():\n    return f\nprint('main')\n"
+    ),
+    "file-in-globals-cycle-class": (
+        "f = open('out.txt', 'w')\nf.write('a class refers to it')\n"
+        "class C:\n    def m(self):\n        return f\n"
+    ),
+    "file-in-globals-cycle-raise": (
+        "f = open('out.txt', 'w')\nf.write('then it raised')\ndef g():\n    return f\nraise ValueError('x')\n"
+    ),
+    "file-in-globals-cycle-exit": (
+        "import sys\nf = open('out.txt', 'w')\nf.write('then it exited')\ndef g():\n    return f\nsys.exit(2)\n"
+    ),
     "unflushed-no-newline": "import sys\nsys.stdout.write('no newline')\n",
     "exit-3": "import sys\nprint('bye')\nsys.exit(3)\n",
     "exit-message": "import sys\nsys.exit('a message')\n",

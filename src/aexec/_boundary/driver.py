@@ -31,6 +31,7 @@ shutdown as a program can see it, without freeing the driver's heap object by ob
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -101,10 +102,11 @@ def leave(code: int, ours: set[str]) -> None:
     tearing down the driver's heap object by object (most of a trivial run's CPU).
 
     In CPython's order (``Py_FinalizeEx``): non-daemon threads are joined, ``atexit``
-    callbacks run, the modules the candidate imported are dropped and the garbage
-    collected (so their objects' finalizers run and open files are flushed), then
-    stdout and stderr are flushed (exit status 120 if stdout cannot be, as CPython's).
-    What is left unfreed is the driver's own, which nothing of the candidate's refers to.
+    callbacks run, the modules the candidate imported are dropped, the snippet's globals
+    cleared as ``__main__``'s are and the garbage collected (so their objects'
+    finalizers run and open files are flushed), then stdout and stderr are flushed (exit
+    status 120 if stdout cannot be, as CPython's). What is left unfreed is the driver's
+    own, which nothing of the candidate's refers to.
     """
     import atexit
     import threading
@@ -117,10 +119,26 @@ def leave(code: int, ours: set[str]) -> None:
     flushed = _flushed()
     for name in [n for n in sys.modules if n not in ours]:
         del sys.modules[name]
+    for namespace in runners.MAIN_GLOBALS:
+        _clear_globals(namespace)
     gc.collect()
     if not (_flushed() and flushed):
         code = 120
     os._exit(code)
+
+
+def _clear_globals(namespace: dict[str, Any]) -> None:
+    """Set a module's globals to None as CPython's ``_PyModule_ClearDict`` does at exit:
+    names with one leading underscore first, then all but ``__builtins__``, in order.
+    Their objects are freed as their last reference goes (a file flushed, then closed),
+    not in whatever order the collector finalizes a cycle."""
+    for first in (True, False):
+        for name in list(namespace):
+            if not isinstance(name, str) or name == "__builtins__":
+                continue
+            if not first or (name[:1] == "_" and name[1:2] != "_"):
+                with contextlib.suppress(Exception):  # a __del__ it sets off may raise
+                    namespace[name] = None
 
 
 def _flushed() -> bool:

@@ -14,6 +14,7 @@ import resource
 import stat
 import sys
 import traceback
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,6 +25,32 @@ if TYPE_CHECKING:
 # else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
 
 
+#: The globals dict a snippet ran in, for the driver's exit (``driver.leave``) to clear
+#: as the interpreter clears ``__main__``'s at exit. ``runpy`` returns a copy and drops
+#: its module; a snippet whose functions refer to its globals then leaves them to the
+#: garbage collector, which may close a file's raw layer before flushing its buffer.
+MAIN_GLOBALS: list[dict[str, Any]] = []
+
+
+def _keep_globals(path: str, left: dict[str, Any] | None, tb: Any) -> None:
+    """Find the dict the snippet at ``path`` ran in: its module frame's, in the
+    traceback ``tb`` of what it raised, else the ``__globals__`` of a function it left
+    in ``left`` (runpy's copy of that dict) or in one of its classes."""
+    with contextlib.suppress(Exception):  # the candidate's objects: nothing here may fail the run
+        while tb is not None:
+            found = tb.tb_frame.f_globals
+            if found.get("__file__") == path and found.get("__name__") == "__main__":
+                MAIN_GLOBALS.append(found)
+                return
+            tb = tb.tb_next
+        for value in (left or {}).values():
+            for obj in vars(value).values() if isinstance(value, type) else (value,):
+                found = obj.__globals__ if isinstance(obj, types.FunctionType) else None
+                if found is not None and found is not left and found.get("__file__") == path:
+                    MAIN_GLOBALS.append(found)
+                    return
+
+
 def run_snippet(spec: Instructions, report: Report) -> int:
     import runpy
 
@@ -31,8 +58,9 @@ def run_snippet(spec: Instructions, report: Report) -> int:
     assert path is not None  # a snippet runner always has one
     sys.argv = [path]
     try:
-        runpy.run_path(path, run_name="__main__")
+        left = runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
+        _keep_globals(path, None, e.__traceback__)
         code = e.code
         report.write("exit", code=repr(code))
         if code is None:
@@ -42,9 +70,11 @@ def run_snippet(spec: Instructions, report: Report) -> int:
         print(code, file=sys.stderr)
         return 1
     except BaseException as e:
+        _keep_globals(path, None, e.__traceback__)
         report.write("exception", phase="run", **reporting.describe(e))
         traceback.print_exc()
         return 1
+    _keep_globals(path, left, None)
     return 0
 
 
