@@ -134,7 +134,7 @@ def _clear_globals(namespace: dict[str, Any]) -> None:
     not in whatever order the collector finalizes a cycle."""
     for first in (True, False):
         for name in list(namespace):
-            if not isinstance(name, str) or name == "__builtins__":
+            if type(name) is not str or name == "__builtins__":  # no str subclass's __eq__ runs
                 continue
             if not first or (name[:1] == "_" and name[1:2] != "_"):
                 with contextlib.suppress(Exception):  # a __del__ it sets off may raise

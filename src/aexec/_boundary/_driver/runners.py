@@ -35,19 +35,31 @@ MAIN_GLOBALS: list[dict[str, Any]] = []
 def _keep_globals(path: str, left: dict[str, Any] | None, tb: Any) -> None:
     """Find the dict the snippet at ``path`` ran in: its module frame's, in the
     traceback ``tb`` of what it raised, else the ``__globals__`` of a function it left
-    in ``left`` (runpy's copy of that dict) or in one of its classes."""
+    in ``left`` (runpy's copy of that dict) or in one of its classes.
+
+    Only exact types are tested and real dicts read, so none of the candidate's code
+    (a ``__class__``, ``__eq__`` or metaclass ``__dict__`` of its own) runs here."""
+
+    def ran_here(namespace: dict[str, Any]) -> bool:
+        file = namespace.get("__file__")
+        return type(file) is str and file == path
+
+    class_dict = type.__dict__["__dict__"]  # a class's own namespace, past its metaclass
     with contextlib.suppress(Exception):  # the candidate's objects: nothing here may fail the run
         while tb is not None:
-            found = tb.tb_frame.f_globals
-            if found.get("__file__") == path and found.get("__name__") == "__main__":
-                MAIN_GLOBALS.append(found)
+            if ran_here(tb.tb_frame.f_globals):
+                MAIN_GLOBALS.append(tb.tb_frame.f_globals)
                 return
             tb = tb.tb_next
         for value in (left or {}).values():
-            for obj in vars(value).values() if isinstance(value, type) else (value,):
-                found = obj.__globals__ if isinstance(obj, types.FunctionType) else None
-                if found is not None and found is not left and found.get("__file__") == path:
-                    MAIN_GLOBALS.append(found)
+            is_class = issubclass(type(value), type)
+            for obj in class_dict.__get__(value).values() if is_class else (value,):
+                if (
+                    type(obj) is types.FunctionType
+                    and obj.__globals__ is not left
+                    and ran_here(obj.__globals__)
+                ):
+                    MAIN_GLOBALS.append(obj.__globals__)
                     return
 
 
