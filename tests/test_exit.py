@@ -55,6 +55,39 @@ PROGRAMS = {
     "file-in-globals-cycle-exit": (
         "import sys\nf = open('out.txt', 'w')\nf.write('then it exited')\ndef g():\n    return f\nsys.exit(2)\n"
     ),
+    # Objects that print if the exit's search for the globals runs the candidate's code
+    # (made in another namespace, so that the search meets them before ``g``).
+    "file-in-globals-cycle-hooks": (
+        'HOOKS = """\n'
+        "class Loud:\n"
+        "    @property\n"
+        "    def __class__(self):\n"
+        "        print('__class__ read')\n"
+        "        return type\n"
+        "    def __eq__(self, other):\n"
+        "        print('__eq__ called')\n"
+        "        return False\n"
+        "    __hash__ = object.__hash__\n"
+        "class Meta(type):\n"
+        "    @property\n"
+        "    def __dict__(cls):\n"
+        "        print('metaclass __dict__ read')\n"
+        "        return {}\n"
+        "def probe():\n"
+        "    pass\n"
+        '"""\n'
+        "ns = {}\n"
+        "exec(HOOKS, ns)\n"
+        "ns['__file__'] = ns['Loud']()\n"
+        "x = ns['Loud']()\n"
+        "K = ns['Meta']('K', (), {})\n"
+        "probe = ns['probe']\n"
+        "f = open('out.txt', 'w')\n"
+        "f.write('kept')\n"
+        "def g():\n"
+        "    return f\n"
+        "print('main')\n"
+    ),
     "unflushed-no-newline": "import sys\nsys.stdout.write('no newline')\n",
     "exit-3": "import sys\nprint('bye')\nsys.exit(3)\n",
     "exit-message": "import sys\nsys.exit('a message')\n",
