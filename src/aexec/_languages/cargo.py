@@ -50,27 +50,34 @@ CARGO_HOME: Final = ".aexec_cargo"
 TARGET_DIR: Final = ".aexec_target"
 
 
+#: The directories of a crate's target roots and Cargo's flag for each.
+_TARGET_FLAG: Final = {"tests": "--test", "src/bin": "--bin", "examples": "--example", "benches": "--bench"}
+
+
 def _target(path: str) -> tuple[str, ...] | None:
     """Cargo's flag for the target whose root source is ``path``; None if not a root."""
     if path == "src/lib.rs":
         return ("--lib",)
     if path == "src/main.rs":
         return ("--bins",)
-    m = re.fullmatch(r"(tests|src/bin)/([\w-]+)(?:\.rs|/main\.rs)", path)
+    m = re.fullmatch(r"(tests|src/bin|examples|benches)/([\w-]+)(?:\.rs|/main\.rs)", path)
     if m:
-        return ("--test" if m[1] == "tests" else "--bin", m[2])
+        return (_TARGET_FLAG[m[1]], m[2])
     return None
 
 
 def targets(tests: Sequence[str] | None) -> tuple[str, ...]:
-    """The targets the selection needs: each selector's root source, else all (``--tests``)."""
-    flags: list[str] = []
+    """The targets the selection needs: each selector's root source, else all (``--tests``).
+
+    Each target is one ``(flag, name)`` pair, de-duplicated as a pair: ``--test a --test b``,
+    never ``--test a b`` (a bare ``b`` after the targets is libtest's name filter)."""
+    found: list[tuple[str, ...]] = []
     for sel in tests or ():
-        found = _target(split(sel)[0])
-        if found is None:
+        target = _target(split(sel)[0])
+        if target is None:
             return ("--tests",)
-        flags.extend(found)
-    return tuple(dict.fromkeys(flags)) if flags else ("--tests",)
+        found.append(target)
+    return tuple(arg for pair in dict.fromkeys(found) for arg in pair) if found else ("--tests",)
 
 
 def filters(tests: Sequence[str] | None) -> tuple[str, ...]:
