@@ -90,4 +90,50 @@ def test_rust_targets_are_flag_name_pairs() -> None:
     assert targets(None) == ("--tests",)
 
 
-_ = pytest  # the C and JavaScript cases below use its marks
+# ---- JavaScript: ES modules --------------------------------------------------------------
+
+ESM = {
+    "package.json": '{"name": "demo", "version": "1.0.0", "type": "module"}\n',
+    "index.js": "// the library\nexport function add(a, b) {\n  return a - b;\n}\n",
+    "test/add.test.js": (
+        "import test from 'node:test';\n"
+        "import assert from 'node:assert/strict';\n"
+        "import { add } from '../index.js';\n"
+        "test('adds', () => {\n"
+        "  assert.equal(add(1, 2), 3);\n"
+        "});\n"
+    ),
+}
+
+
+@pytest.fixture
+def esm(tmp_path: Path) -> Path:
+    return _tree(tmp_path / "esm", ESM)
+
+
+@_needs("node")
+def test_esm_locations_are_repo_relative(esm: Path) -> None:
+    obs = _observe(esm, "javascript", None)
+    assert obs.failure is not None
+    assert (obs.failure.failure_class, obs.failure.location) == ("assertion", "test/add.test.js:5")
+    # A module that does not parse: node heads its report with the module's file:// URL.
+    broken = ESM["index.js"].replace("return a - b;", "return a - b;\n  let = ;")
+    obs = _observe(esm, "javascript", None, _patch(esm, {"index.js": broken}))
+    assert obs.failure is not None
+    assert (obs.failure.failure_class, obs.failure.location) == ("syntax", "index.js:4")
+    assert _verdicts(obs) == {"test/add.test.js": "errored"}
+
+
+@_needs("node")
+def test_esm_missing_import_is_placed_at_its_importer(esm: Path) -> None:
+    # ERR_MODULE_NOT_FOUND: node's frames are all its own, the importer is in the message.
+    helper = "import { sub } from './helper.js';\n" + ESM["index.js"]
+    obs = _observe(esm, "javascript", None, _patch(esm, {"index.js": helper}))
+    assert obs.failure is not None
+    assert (obs.failure.failure_class, obs.failure.location) == ("dependency", "index.js")
+    assert "Cannot find module 'helper.js' imported from index.js" in obs.failure.message
+    package = ESM["test/add.test.js"].replace("import { add }", "import 'no-such-package';\nimport { add }")
+    _tree(esm, {"test/add.test.js": package})
+    obs = _observe(esm, "javascript", ["test/add.test.js"])
+    assert obs.failure is not None
+    assert (obs.failure.failure_class, obs.failure.location) == ("dependency", "test/add.test.js")

@@ -17,6 +17,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import unquote
 
 from .._types import FailureClass
 from ._common import (
@@ -116,12 +117,25 @@ _HEAP = re.compile(r"^FATAL ERROR: (?P<msg>.*(?:heap out of memory|Allocation fa
 _INVALID_SIZE = re.compile(r"^# Fatal JavaScript invalid size error.*$", re.M)
 
 
+# ES modules: "Cannot find module '/repo/x.js' imported from /repo/index.js" (no line).
+_IMPORTED_FROM = re.compile(r"\bimported from (?P<file>[^\n]+?)\s*$", re.M)
+
+
+def _path(file: str) -> str:
+    """A file node names: a path (CommonJS) or a ``file://`` URL (an ES module's)."""
+    return unquote(file.removeprefix("file://")) if file.startswith("file://") else file
+
+
+def _where(file: str, line: int | str | None, scratch: str) -> str:
+    return loc(_path(file), line, scratch)
+
+
 def _check_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     head = _HEAD.search(out.stderr)
     err = next((e for e in _ERROR_LINE.finditer(out.stderr) if e["name"] == "SyntaxError"), None)
     if err is None:
         return []
-    where = loc(head["file"], head["line"], scratch) if head else ""
+    where = _where(head["file"], head["line"], scratch) if head else ""
     msg = f"SyntaxError: {err['msg']}"
     return [LangFinding("syntax", where, cap(msg), out.name, cap(msg))]
 
@@ -142,7 +156,7 @@ def error_class(name: str, code: str | None, message: str) -> FailureClass:
 def _stack_location(stack: str, scratch: str) -> str:
     """The innermost frame in the candidate's files (not node's internals, not the hook)."""
     for f in _FRAME.finditer(stack):
-        file = f["file"].removeprefix("file://")
+        file = _path(f["file"])
         if file.startswith("node:") or file.endswith(HOOK_FILE):
             continue
         return loc(file, f["line"], scratch)
@@ -174,13 +188,17 @@ def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
         if line is None:
             return []
         name, message, code, stack = line["name"], line["msg"], line["code"], out.stderr[line.end() :]
+    cls = error_class(name, code, message)
+    importer = _IMPORTED_FROM.search(message) if cls == "dependency" else None
     message = message.replace(scratch.rstrip("/") + "/", "")  # "Require stack:\n- main.js"
     exc = f"{name}: {message}" if message else name
     where = _stack_location(stack, scratch)
+    if not where and importer:  # an ES module's import: node's frames are its own, no line
+        where = _where(importer["file"], None, scratch)
     if not where:
         head = _HEAD.search(out.stderr)
-        where = loc(head["file"], head["line"], scratch) if head else ""
-    return [LangFinding(error_class(name, code, message), where, cap(exc), out.name, cap(exc))]
+        where = _where(head["file"], head["line"], scratch) if head else ""
+    return [LangFinding(cls, where, cap(exc), out.name, cap(exc))]
 
 
 #: For a project's suite (`nodetest`): the same readings of node's reports.
