@@ -40,6 +40,7 @@ from .suite import (
     SuiteEvidence,
     is_test_file,
     oracle_text,
+    selects_ids,
     split,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "parse_version",
     "pipeline_steps",
     "pipeline_support_files",
+    "selects_ids",
     "source_name",
     "split",
     "steps",
@@ -257,7 +259,9 @@ def suite_steps(
 def suite_support_files(language: Language) -> dict[str, str]:
     """Files a suite's steps need in the repo's view (aexec's own, `OWN_PREFIX`)."""
     _check_suite(language)
-    return nodetest.support_files() if language == "javascript" else {}
+    if language == "javascript":
+        return nodetest.support_files()
+    return ctest.support_files() if language in ("c", "cpp") else {}
 
 
 def suite_own_files(language: Language) -> tuple[str, ...]:
@@ -265,7 +269,7 @@ def suite_own_files(language: Language) -> tuple[str, ...]:
     if language == "rust":
         return (cargo.CARGO_HOME + "/", cargo.TARGET_DIR + "/")
     if language in ("c", "cpp"):
-        return (ctest.BUILD_DIR + "/", ctest.JUNIT_FILE)
+        return (ctest.BUILD_DIR + "/", ctest.JUNIT_FILE, ctest.SOURCES_FILE)
     return ()
 
 

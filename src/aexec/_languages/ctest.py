@@ -16,15 +16,24 @@ Three steps, the build tree under the scratch home (`BUILD_DIR`, aexec's own):
 A failed test is ``assertion`` when it failed by its exit status or by glibc's
 ``assert`` (with its ``file:line``), ``runtime`` when it crashed or threw, ``timeout``
 when CTest's own per-test timeout ended it. Test ids are ``CMakeLists.txt::<name>``.
+
+When the selection names CTest ids, the tamper guard needs what those tests are built
+from: configure then also writes CMake's file-API query (``-C`` `INIT_FILE`), and a
+``sources`` step between build and run (``cmake -P`` `GATHER_FILE`, aexec's own script)
+writes to `SOURCES_FILE` what ``ctest --show-only=json-v1`` says each test runs, each
+executable target's ``artifacts`` and ``sources`` from the file API's reply, and the
+lines of its objects' compiler dependency files (``*.d``) that name a file of the repo.
+`selected_sources` reads it.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from .._types import FailureClass
 from . import cfamily
@@ -43,13 +52,59 @@ from ._common import (
     tool,
 )
 from .cfamily import CFamily
-from .suite import SuiteEvidence, SuiteVerdict, selected, split
+from .suite import ID_FILES, SuiteEvidence, SuiteVerdict, selected, selects_ids, split
 
 BUILD_DIR: Final = ".aexec_build"
 JUNIT_FILE: Final = ".aexec_ctest.xml"
+#: What the ``sources`` step gathered (under the scratch home).
+SOURCES_FILE: Final = ".aexec_ctest_sources.txt"
+#: The step that gathers what the selected tests are built from.
+GATHER_STEP: Final = "sources"
 #: The file test ids are anchored to.
-ID_FILE: Final = "CMakeLists.txt"
+ID_FILE: Final = ID_FILES["c"]
 _CMAKE_SPECIAL = re.compile(r"([\\^$.|?*+()\[\]{}])")
+
+#: Configure's initial cache script (``cmake -C``): asks CMake's file API for the code model.
+INIT_FILE: Final = ".aexec_ctest_init.cmake"
+INIT_SOURCE: Final = """\
+# aexec: ask CMake's file API for the code model (each target's artifacts and sources).
+file(WRITE "${CMAKE_BINARY_DIR}/.cmake/api/v1/query/codemodel-v2" "")
+"""
+#: The ``sources`` step's script (``cmake -D… -P``); it never fails, whatever it finds.
+GATHER_FILE: Final = ".aexec_ctest_sources.cmake"
+GATHER_SOURCE: Final = """\
+# aexec: what each CTest test runs, and what each executable target is built from.
+cmake_minimum_required(VERSION 3.19)
+execute_process(COMMAND "${CTEST}" --test-dir "${BUILD}" --show-only=json-v1
+                OUTPUT_VARIABLE tests ERROR_QUIET RESULT_VARIABLE status)
+file(WRITE "${OUT}" "@@aexec build ${BUILD}\\n@@aexec ctest\\n${tests}\\n")
+file(GLOB replies "${BUILD}/.cmake/api/v1/reply/target-*.json")
+foreach(reply IN LISTS replies)
+  file(READ "${reply}" text)
+  string(JSON type ERROR_VARIABLE failed GET "${text}" type)
+  if(NOT type STREQUAL "EXECUTABLE")
+    continue()
+  endif()
+  string(JSON name ERROR_VARIABLE failed GET "${text}" name)
+  string(JSON dir ERROR_VARIABLE failed GET "${text}" paths build)
+  set(rec "{}")
+  foreach(key IN ITEMS artifacts sources)
+    string(JSON value ERROR_VARIABLE failed GET "${text}" ${key})
+    if(NOT failed)
+      string(JSON rec ERROR_VARIABLE failed SET "${rec}" ${key} "${value}")
+    endif()
+  endforeach()
+  file(GLOB_RECURSE depfiles "${BUILD}/${dir}/CMakeFiles/${name}.dir/*.d")
+  set(depends "")
+  foreach(depfile IN LISTS depfiles)
+    file(STRINGS "${depfile}" lines REGEX "${SOURCE_RE}")
+    list(APPEND depends ${lines})
+  endforeach()
+  list(JOIN depends "\\n" depends)
+  file(APPEND "${OUT}" "@@aexec target\\n${rec}\\n@@aexec depends\\n${depends}\\n")
+endforeach()
+file(APPEND "${OUT}" "@@aexec end\\n")
+"""
 
 
 def regex(tests: Sequence[str]) -> str | None:
@@ -60,6 +115,11 @@ def regex(tests: Sequence[str]) -> str | None:
     return "^(" + "|".join(_CMAKE_SPECIAL.sub(r"\\\1", n or "") for n in names) + ")$"
 
 
+def support_files() -> dict[str, str]:
+    """aexec's scripts, written into the repo's view (used when the selection names ids)."""
+    return {INIT_FILE: INIT_SOURCE, GATHER_FILE: GATHER_SOURCE}
+
+
 def steps(
     work: str, home: str, tests: Sequence[str] | None, tools: Mapping[str, str] | None
 ) -> tuple[Step, ...]:
@@ -67,12 +127,27 @@ def steps(
     junit = posixpath.join(home, JUNIT_FILE)
     env = (*BASE_ENV, ("CLICOLOR", "0"), ("CMAKE_COLOR_DIAGNOSTICS", "OFF"))
     cmake, ctest = tool(tools, "cmake"), tool(tools, "ctest")
+    gather = selects_ids("c", tests)  # the guard needs what the named tests are built from
+    init = ("-C", posixpath.join(work, INIT_FILE)) if gather else ()
     planned = [
-        Step("configure", (cmake, "-S", work, "-B", build, "-DCMAKE_BUILD_TYPE=Debug"), work, env),
+        Step("configure", (cmake, *init, "-S", work, "-B", build, "-DCMAKE_BUILD_TYPE=Debug"), work, env),
         Step("build", (cmake, "--build", build), work, env),
     ]
     if tests is not None and not tests:
         return tuple(planned)  # an empty selection: built, nothing run
+    if gather:
+        found = posixpath.join(home, SOURCES_FILE)
+        source_re = _CMAKE_SPECIAL.sub(r"\\\1", work.rstrip("/") + "/")
+        script = (
+            cmake,
+            f"-DBUILD={build}",
+            f"-DCTEST={ctest}",
+            f"-DOUT={found}",
+            f"-DSOURCE_RE={source_re}",
+            "-P",
+            posixpath.join(work, GATHER_FILE),
+        )
+        planned.append(Step(GATHER_STEP, script, work, env, evidence_file=found))
     chosen = regex(tests) if tests is not None else None
     argv = (ctest, "--test-dir", build, "--output-junit", junit, "--no-tests=ignore")
     planned.append(
@@ -170,6 +245,89 @@ def _run(
     return results, found, False
 
 
+def _sections(text: str) -> list[tuple[str, str]]:
+    """The ``@@aexec <kind>`` sections of the ``sources`` step's file: (kind, body)."""
+    out: list[tuple[str, str]] = []
+    for part in ("\n" + text).split("\n@@aexec ")[1:]:
+        head, _, body = part.partition("\n")
+        out.append((head, body))
+    return out
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _inside(path: str, work: str) -> str | None:
+    """``path`` relative to the repo's view, if it is in it."""
+    root = work.rstrip("/") + "/"
+    path = posixpath.normpath(posixpath.join(work, path))
+    return path[len(root) :] if path.startswith(root) else None
+
+
+def selected_sources(text: str | None, work: str, tests: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The repo's files the selected CTest tests are built from, read from what the
+    ``sources`` step gathered: for each argument of a selected test's command (CTest's
+    ``--show-only=json-v1``) that is an executable target's artifact, that target's
+    sources (the file API) and the repo files its objects' dependency files name; an
+    argument that is a file of the repo (a script, a data file) is itself one. None when
+    it is not known: nothing gathered, or a selected test whose command names neither."""
+    if not text:
+        return None
+    build = ""
+    listed: list[dict[str, Any]] | None = None
+    targets: dict[str, set[str]] = {}
+    artifacts: list[str] = []
+    for kind, body in _sections(text):
+        if kind.startswith("build "):
+            build = kind[len("build ") :]
+        elif kind == "ctest":
+            got = _json(body)
+            if isinstance(got, dict) and isinstance(got.get("tests"), list):
+                listed = [t for t in got["tests"] if isinstance(t, dict)]
+        elif kind == "target":
+            rec = _json(body)
+            if not isinstance(rec, dict):
+                return None
+            listed_sources = [s.get("path") for s in rec.get("sources") or () if isinstance(s, dict)]
+            files = {f for f in (_inside(str(p), work) for p in listed_sources if p) if f}
+            artifacts = [
+                posixpath.normpath(posixpath.join(build, str(a["path"])))
+                for a in rec.get("artifacts") or ()
+                if isinstance(a, dict) and a.get("path")
+            ]
+            for a in artifacts:
+                targets[a] = files
+        elif kind == "depends":
+            named = re.split(r"(?<!\\)\s+", body.replace("\\\n", " "))
+            files = {
+                f for f in (_inside(n.replace("\\ ", " "), work) for n in named if n.startswith("/")) if f
+            }
+            for a in artifacts:
+                targets[a] = targets[a] | files
+    if not build or listed is None or not text.rstrip().endswith("@@aexec end"):
+        return None  # ctest could not list the tests, or the file was cut by the cap
+    found: set[str] = set()
+    for test in listed:
+        if not selected(f"{ID_FILE}::{test.get('name')}", tests):
+            continue
+        known = False
+        for arg in test.get("command") or ():
+            arg = posixpath.normpath(str(arg))
+            if arg in targets:
+                found |= targets[arg]
+                known = True
+            elif (inside := _inside(arg, work)) is not None and posixpath.isabs(arg):
+                found.add(inside)
+                known = True
+        if not known:
+            return None
+    return tuple(sorted(found))
+
+
 def parse(
     language: CFamily,
     outputs: tuple[StepOutput, ...],
@@ -180,9 +338,12 @@ def parse(
     found: list[LangFinding] = []
     results: list[tuple[str, SuiteVerdict]] = []
     uncertain = False
+    sources: tuple[str, ...] | None = None
     for out in outputs:
         caps = cap_findings(out, timeout_s)
         found.extend(caps)
+        if out.name == GATHER_STEP and not out.timed_out:
+            sources = selected_sources(out.diagnostics, work, tests)
         if out.timed_out or (out.name != RUN_STEP and not out.failed):
             continue
         if out.name != RUN_STEP:
@@ -203,4 +364,4 @@ def parse(
         uncertain = uncertain or unsure
         if out.failed and not caps and not failed and not any(v != "passed" for _, v in got):
             found.append(exit_finding(out))
-    return SuiteEvidence(evidence(language, outputs, found, uncertain=uncertain), tuple(results))
+    return SuiteEvidence(evidence(language, outputs, found, uncertain=uncertain), tuple(results), sources)

@@ -49,6 +49,9 @@ class SuiteEvidence:
 
     evidence: LanguageEvidence
     tests: tuple[tuple[str, SuiteVerdict], ...]
+    #: The repo's files the selected tests are built from, when the selection names the
+    #: runner's ids (`selects_ids`) and the steps found them; None: not known.
+    sources: tuple[str, ...] | None = None
 
 
 # ---- selection ----------------------------------------------------------------------------
@@ -74,6 +77,17 @@ def matches(test_id: str, selector: str) -> bool:
 
 def selected(test_id: str, selectors: Sequence[str] | None) -> bool:
     return selectors is None or any(matches(test_id, s) for s in selectors)
+
+
+#: Languages whose test ids are anchored to the runner's file, not to a test's source:
+#: a selector of that file names tests whose sources the file path does not say.
+ID_FILES: Final[dict[Language, str]] = {"c": "CMakeLists.txt", "cpp": "CMakeLists.txt"}
+
+
+def selects_ids(language: Language, selectors: Sequence[str] | None) -> bool:
+    """Does the selection name tests by the runner's ids (``CMakeLists.txt::add_big``)?"""
+    id_file = ID_FILES.get(language)
+    return id_file is not None and any(split(s)[0] == id_file for s in selectors or ())
 
 
 # ---- the tamper guard: the language's tests and its runner's configuration ---------------

@@ -194,7 +194,8 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
             run = attrs.evolve(again, evidence=merged)
     tampered = session.guarded and candidate.patch is not None
     if candidate.language != "python":
-        guard = touches_suite_oracle(candidate.language, touched, candidate.tests, config_changed)
+        sources = run.evidence.test_sources
+        guard = touches_suite_oracle(candidate.language, touched, candidate.tests, config_changed, sources)
     else:
         guard = touches_oracle(touched, candidate.tests, config_changed)
     tampered = tampered and (guard or oracle_paths_touched(touched, oracle))

@@ -62,22 +62,35 @@ def touches_oracle(paths: Iterable[str], selectors: Iterable[str] | None, config
 
 
 def touches_suite_oracle(
-    language: str, paths: Iterable[str], selectors: Iterable[str] | None, config_changed: bool
+    language: str,
+    paths: Iterable[str],
+    selectors: Iterable[str] | None,
+    config_changed: bool,
+    test_sources: Iterable[str] | None = None,
 ) -> bool:
     """The diff-scope check of a suite in a language beyond Python (docs/languages.md,
     "Test suites"): does a patch touch one of the language's test files that the
     selection runs (every one when the whole suite runs), or change the test part of the
     runner's configuration (``config_changed``: `aexec._languages.oracle_text` of a
-    touched file differs before and after the patch)?"""
+    touched file differs before and after the patch)?
+
+    A selection by the runner's ids (C/C++: ``CMakeLists.txt::<ctest name>``) runs the
+    test files its tests are built from, ``test_sources``; every test file when those
+    are not known (None)."""
     if config_changed:
         return True
     lang: langs.Language = language  # type: ignore[assignment]
     whole_suite = selectors is None
-    targets = [langs.split(s)[0] for s in selectors or ()]
+    chosen = list(selectors or ())
+    targets = [langs.split(s)[0] for s in chosen]
+    by_id = langs.selects_ids(lang, chosen)
+    built_from = None if test_sources is None else set(test_sources)
     for path in map(posixpath.normpath, paths):
         if not langs.is_test_file(lang, path):
             continue
         if whole_suite or any(t == "." or path == t or path.startswith(t + "/") for t in targets):
+            return True
+        if by_id and (built_from is None or path in built_from):
             return True
     return False
 

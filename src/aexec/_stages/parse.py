@@ -89,6 +89,9 @@ class Evidence:
     lang: langs.LanguageEvidence | None = None
     #: ``sql``: ``(table, rows, digest)`` of the tables whose rows changed.
     tables: tuple[tuple[str, int, str], ...] = ()
+    #: A language's suite selected by the runner's ids: the repo's files the selected
+    #: tests are built from (`aexec._languages.SuiteEvidence.sources`); None: not known.
+    test_sources: tuple[str, ...] | None = None
 
 
 def _display(path: str, cwd: str, snippet: str | None) -> str:
@@ -350,10 +353,12 @@ def parse_language(
     lang: langs.Language = language  # type: ignore[assignment]
     outs = step_outputs(raw)
     parsed: tuple[ParsedTest, ...] = ()
+    sources: tuple[str, ...] | None = None
     suite = request_type == "run_suite"
     if suite:
         found = langs.parse_suite(lang, outs, cwd, tests, timeout_s=timeout_s)
         ev, parsed = found.evidence, tuple(ParsedTest(n, v) for n, v in found.tests)
+        sources = found.sources
     else:
         ev = langs.parse(lang, outs, cwd, timeout_s=timeout_s)
     run = next((o for o in outs if o.name == "run" and not o.failed), None)
@@ -379,4 +384,5 @@ def parse_language(
         box_failed=box_failed,
         lang=ev,
         tables=tables,
+        test_sources=sources,
     )
