@@ -223,3 +223,42 @@ def test_an_interpreter_is_probed_once_per_call_and_once_per_change_with_a_cache
     time.sleep(0.01)
     python.write_text(python.read_text())  # the interpreter changed: its answer may have
     assert probes_of_a_run(*cache) == 1
+
+
+def test_an_env_broken_observation_is_a_result_and_an_aexec_error_is_not(tmp_path: Path) -> None:
+    """issue 26, defect 4: a suite whose environment lacks a module it imports was
+    observed (``env_broken``: exit 0, counted as such); a request aexec itself could not
+    observe (an interpreter that does not answer as Python) still exits 1 and names it."""
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_x.py").write_text(
+        "import aexec_not_installed_anywhere\n\n\ndef test_x():\n    pass\n"
+    )
+    suite = {
+        "id": "broken-env",
+        "request_type": "run_suite",
+        "artifact_shape": "test_subset",
+        "repo": str(repo),
+        "tests": ["tests/test_x.py"],
+    }
+    ok = {"id": "ok", "request_type": "run_entry", "artifact_shape": "snippet", "code": "print(1)"}
+    cases, out = tmp_path / "cases.jsonl", tmp_path / "obs.jsonl"
+    cases.write_text(json.dumps(suite) + "\n" + json.dumps(ok) + "\n")
+    done = run("observe", str(cases), "-o", str(out), "--no-cache")
+    broken, fine = lines(out)
+    assert broken["flags"]["env_broken"] is True and broken["verdict"] == "error"  # type: ignore[index]
+    assert fine["verdict"] == "empty_success"
+    assert done.returncode == 0, done.stderr
+    assert "could not observe" not in done.stderr
+    assert "environment broken: 1" in done.stderr
+
+    cases.write_text(
+        json.dumps({**ok, "id": "bad-python", "python": "/bin/true"}) + "\n" + json.dumps(suite) + "\n"
+    )
+    done = run("observe", str(cases), "-o", str(out), "--no-cache")
+    bad, broken = lines(out)
+    assert bad["verdict"] == "error" and not bad["flags"]["env_broken"]  # type: ignore[index]
+    assert done.returncode == 1, done.stderr
+    assert "aexec: could not observe 'bad-python'" in done.stderr
+    assert "could not observe 'broken-env'" not in done.stderr
+    assert "environment broken: 1" in done.stderr

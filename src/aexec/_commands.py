@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -18,6 +19,14 @@ import anyio
 from ._errors import RequestError
 from ._jsonl import check_cache_dir, default_cache_dir, open_output, read_numbered
 from ._options import Options
+from ._records import ExecutionObservation
+
+
+def unobserved(observations: Sequence[ExecutionObservation]) -> list[ExecutionObservation]:
+    """The observations aexec could not make: ``verdict: "error"`` for a reason of
+    aexec's own. An ``env_broken`` one (also ``error``) is not among them: the request was
+    observed, and what was seen is that the environment cannot run it (a result)."""
+    return [o for o in observations if o.verdict == "error" and not o.flags.env_broken]
 
 
 def run_options(p: argparse.ArgumentParser, *, jobs_help: str | None = None) -> None:
@@ -165,7 +174,7 @@ def _discriminate_main(args: argparse.Namespace) -> int:
                 **to_json_data(r),
             }
             out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
-            errors += sum(o.verdict == "error" for o in r.observations)
+            errors += len(unobserved(r.observations))
             groups = " | ".join(
                 "["
                 + ", ".join(str(i) for i in g.ids)
