@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from ._errors import RequestError
-from ._jsonl import check_cache_dir, default_cache_dir, open_output, read_numbered
+from ._jsonl import check_cache_dir, check_output, default_cache_dir, open_output, read_numbered
 from ._options import Options
 from ._records import ExecutionObservation
 
@@ -104,7 +104,13 @@ def _swebench_main(args: argparse.Namespace) -> int:
 
     if _bad_jobs(args):
         return 2
-    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    cache_dir = None
+    if not args.no_cache:
+        try:
+            cache_dir = check_cache_dir(args.cache_dir or default_cache_dir())
+        except RequestError as e:
+            print(f"aexec: {e}", file=sys.stderr)
+            return 2
     options = Options.from_env(limit=args.jobs, cache_dir=cache_dir)
     return swebench(args.predictions, args.instances, args.output, options=options)
 
@@ -123,26 +129,26 @@ def _discriminate_main(args: argparse.Namespace) -> int:
 
     if _bad_jobs(args):
         return 2
+    tasks: dict[Any, list[int]] = {}
+    # Everything is checked before the output is touched, as by `observe`: a rejected
+    # input leaves an existing -o file as it was.
     try:
         cases, numbers = read_numbered(args.cases)
         prober = prober_from_env()
+        for i, c in enumerate(cases):
+            tasks.setdefault(task_key(c), []).append(i)
+        for members in tasks.values():
+            if len(members) < 2:
+                raise RequestError(
+                    f"{args.cases}:{numbers[members[0]]}: a task needs 2 or more candidates"
+                    " (candidates of one task share repo and tests)"
+                )
         if not args.no_cache:
             args.cache_dir = check_cache_dir(args.cache_dir or default_cache_dir())
-        os.close(open_output(args.output, [args.cases]))  # checked (and created) before anything runs
+        check_output(args.output, [args.cases])
     except RequestError as e:
         print(f"aexec: {e}", file=sys.stderr)
         return 2
-    tasks: dict[Any, list[int]] = {}
-    for i, c in enumerate(cases):
-        tasks.setdefault(task_key(c), []).append(i)
-    for members in tasks.values():
-        if len(members) < 2:
-            print(
-                f"aexec: {args.cases}:{numbers[members[0]]}: a task needs 2 or more candidates"
-                " (candidates of one task share repo and tests)",
-                file=sys.stderr,
-            )
-            return 2
     cache_dir = None if args.no_cache else args.cache_dir
 
     async def run_all() -> list[Any]:
@@ -159,12 +165,12 @@ def _discriminate_main(args: argparse.Namespace) -> int:
 
     results = anyio.run(run_all)
     errors = 0
-    with open(
-        sys.stdout.fileno() if args.output == "-" else args.output,
-        "w",
-        encoding="utf-8",
-        closefd=args.output != "-",
-    ) as out:
+    try:
+        fd = open_output(args.output, [args.cases])
+    except RequestError as e:  # it changed while the candidates ran
+        print(f"aexec: {e}", file=sys.stderr)
+        return 1
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
         for n, ((repo, tests), r) in enumerate(zip(tasks, results, strict=True)):
             line = {
                 "task": n,
@@ -203,11 +209,13 @@ def _ab_main(args: argparse.Namespace) -> int:
     try:
         corpus = load_corpus(args.corpus, args.labels)
         prober = prober_from_env()
+        # Where the report goes is checked before the runs, not after them.
+        out_dir = check_cache_dir(args.out or os.path.join(os.path.dirname(corpus.path), "ab"), flag="--out")
+        check_output(os.path.join(out_dir, "ab.json"), [corpus.path], flag="--out")
     except RequestError as e:
         print(f"aexec: {e}", file=sys.stderr)
         return 2
     ablate = list(MECHANISMS) if "all" in args.ablate else list(dict.fromkeys(args.ablate))
-    out_dir = args.out or os.path.join(os.path.dirname(corpus.path), "ab")
     run = functools.partial(
         run_ab,
         corpus,
