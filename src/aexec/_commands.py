@@ -124,7 +124,7 @@ def _bad_jobs(args: argparse.Namespace) -> bool:
 
 def _discriminate_main(args: argparse.Namespace) -> int:
     from ._discrimination.discriminate import discriminate, task_key
-    from ._discrimination.probe import prober_from_env
+    from ._discrimination.probe import prober_from_options
     from ._serde import to_json_data
 
     if _bad_jobs(args):
@@ -134,7 +134,7 @@ def _discriminate_main(args: argparse.Namespace) -> int:
     # input leaves an existing -o file as it was.
     try:
         cases, numbers = read_numbered(args.cases)
-        prober = prober_from_env()
+        prober = prober_from_options(Options.from_env())
         for i, c in enumerate(cases):
             tasks.setdefault(task_key(c), []).append(i)
         for members in tasks.values():
@@ -202,13 +202,14 @@ def _ab_main(args: argparse.Namespace) -> int:
     from ._ab.corpus import load_corpus
     from ._ab.harness import MECHANISMS, run_ab
     from ._ab.report import render
-    from ._discrimination.probe import prober_from_env
+    from ._discrimination.probe import prober_from_options
 
     if _bad_jobs(args):
         return 2
+    options = Options.from_env()
     try:
         corpus = load_corpus(args.corpus, args.labels)
-        prober = prober_from_env()
+        prober = prober_from_options(options)
         # Where the report goes is checked before the runs, not after them.
         out_dir = check_cache_dir(args.out or os.path.join(os.path.dirname(corpus.path), "ab"), flag="--out")
         check_output(os.path.join(out_dir, "ab.json"), [corpus.path], flag="--out")
@@ -220,7 +221,7 @@ def _ab_main(args: argparse.Namespace) -> int:
         run_ab,
         corpus,
         jobs=args.jobs,
-        options=Options.from_env(),
+        options=options,
         ablate=ablate,
         out_dir=out_dir,
         prober=prober,
