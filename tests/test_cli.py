@@ -223,3 +223,102 @@ def test_an_interpreter_is_probed_once_per_call_and_once_per_change_with_a_cache
     time.sleep(0.01)
     python.write_text(python.read_text())  # the interpreter changed: its answer may have
     assert probes_of_a_run(*cache) == 1
+
+
+def test_an_env_broken_observation_is_a_result_and_an_aexec_error_is_not(tmp_path: Path) -> None:
+    """issue 26, defect 4: a suite whose environment lacks a module it imports was
+    observed (``env_broken``: exit 0, counted as such); a request aexec itself could not
+    observe (an interpreter that does not answer as Python) still exits 1 and names it."""
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_x.py").write_text(
+        "import aexec_not_installed_anywhere\n\n\ndef test_x():\n    pass\n"
+    )
+    suite = {
+        "id": "broken-env",
+        "request_type": "run_suite",
+        "artifact_shape": "test_subset",
+        "repo": str(repo),
+        "tests": ["tests/test_x.py"],
+    }
+    ok = {"id": "ok", "request_type": "run_entry", "artifact_shape": "snippet", "code": "print(1)"}
+    cases, out = tmp_path / "cases.jsonl", tmp_path / "obs.jsonl"
+    cases.write_text(json.dumps(suite) + "\n" + json.dumps(ok) + "\n")
+    done = run("observe", str(cases), "-o", str(out), "--no-cache")
+    broken, fine = lines(out)
+    assert broken["flags"]["env_broken"] is True and broken["verdict"] == "error"  # type: ignore[index]
+    assert fine["verdict"] == "empty_success"
+    assert done.returncode == 0, done.stderr
+    assert "could not observe" not in done.stderr
+    assert "environment broken: 1" in done.stderr
+
+    cases.write_text(
+        json.dumps({**ok, "id": "bad-python", "python": "/bin/true"}) + "\n" + json.dumps(suite) + "\n"
+    )
+    done = run("observe", str(cases), "-o", str(out), "--no-cache")
+    bad, broken = lines(out)
+    assert bad["verdict"] == "error" and not bad["flags"]["env_broken"]  # type: ignore[index]
+    assert done.returncode == 1, done.stderr
+    assert "aexec: could not observe 'bad-python'" in done.stderr
+    assert "could not observe 'broken-env'" not in done.stderr
+    assert "environment broken: 1" in done.stderr
+
+
+def test_a_rejected_input_leaves_the_output_file_of_each_command_as_it_was(tmp_path: Path) -> None:
+    """issue 26, defect 9: every input and the output path are checked before the output
+    is touched, and before anything runs. ``discriminate`` truncated an existing ``-o`` to
+    0 bytes when it refused a lone candidate; ``swebench`` wrote its report over its own
+    predictions file, and ``ab`` crashed on an ``--out`` that is a file, after all the runs."""
+    precious = b"a result of yesterday's long run\n"
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(precious)
+    lone = tmp_path / "lone.jsonl"
+    lone.write_text(
+        json.dumps({"id": "only", "request_type": "discriminate", "artifact_shape": "snippet", "code": "1"})
+        + "\n"
+    )
+    done = run("discriminate", str(lone), "-o", str(out), "--no-cache")
+    assert done.returncode == 2
+    assert (
+        done.stderr
+        == f"aexec: {lone}:1: a task needs 2 or more candidates (candidates of one task share repo and tests)\n"
+    )
+    assert out.read_bytes() == precious
+
+    # swebench: the report would go over an input; and into a directory.
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_x.py").write_text("def test_x():\n    pass\n")
+    inst = tmp_path / "instances.jsonl"
+    inst.write_text(
+        json.dumps(
+            {
+                "instance_id": "i",
+                "repo": "repo",
+                "FAIL_TO_PASS": ["tests/test_x.py::test_x"],
+                "PASS_TO_PASS": [],
+            }
+        )
+        + "\n"
+    )
+    preds = tmp_path / "preds.jsonl"
+    preds_text = json.dumps({"instance_id": "i", "model_name_or_path": "m", "model_patch": ""}) + "\n"
+    preds.write_text(preds_text)
+    for target, words in ((preds, f"is the input file {preds}"), (tmp_path, "is a directory")):
+        done = run("swebench", str(preds), str(inst), "-o", str(target), "--no-cache")
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == f"aexec: -o {target}: {words}" + (
+            "; refusing to overwrite it\n" if target == preds else "\n"
+        )
+        assert preds.read_text() == preds_text
+
+    # ab: --out is a file, not a directory: refused before the runs.
+    corpus = tmp_path / "corpus.jsonl"
+    snippet = {"id": "s", "request_type": "run_entry", "artifact_shape": "snippet", "code": "print(1)"}
+    corpus.write_text(
+        json.dumps(snippet | {"label": {"verdict": "pass", "failure_class": None, "f2p": None}}) + "\n"
+    )
+    done = run("ab", str(corpus), "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"aexec: --out {out}: exists and is not a directory\n"
+    assert out.read_bytes() == precious

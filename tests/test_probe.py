@@ -102,6 +102,41 @@ def test_full_configuration_builds_the_client_and_never_shows_the_key() -> None:
     assert "sekret" not in repr(got)
 
 
+def test_options_from_env_is_the_one_reader_of_the_probe_settings() -> None:
+    """issue 26, defect 11: ``Options.from_env`` reads ``AEXEC_PROBE_*``; the probe module
+    reads no environment and builds its client from the `Options` it is given."""
+    import ast
+    from pathlib import Path
+
+    import aexec._discrimination.probe as probe_module
+    from aexec import Options, prober_from_options
+
+    env = {
+        "AEXEC_PROBE_BASE_URL": " http://127.0.0.1:9/v1 ",
+        "AEXEC_PROBE_MODEL": "m",
+        "AEXEC_PROBE_API_KEY": "k",
+    }
+    options = Options.from_env(env)
+    assert (options.probe_base_url, options.probe_model, options.probe_api_key) == (
+        "http://127.0.0.1:9/v1",
+        "m",
+        "k",
+    )
+    assert "'k'" not in repr(options)
+    assert prober_from_options(options) == OpenAIProber("http://127.0.0.1:9/v1", "m", "k")
+    assert prober_from_options(Options()) is None
+    with pytest.raises(RequestError, match="AEXEC_PROBE_BASE_URL is not set"):
+        prober_from_options(Options(probe_model="m"))
+    tree = ast.parse(Path(probe_module.__file__).read_text())
+    reads = [
+        n.lineno
+        for n in ast.walk(tree)
+        if (isinstance(n, ast.Attribute) and n.attr in ("environ", "environb", "getenv"))
+        or (isinstance(n, ast.ImportFrom) and n.module == "os")
+    ]
+    assert reads == [], f"probe.py reads the environment itself (lines {reads})"
+
+
 # --------------------------------------------------------------------------------------
 # The real client against a real server on loopback
 # --------------------------------------------------------------------------------------

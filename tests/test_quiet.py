@@ -119,3 +119,118 @@ def test_structlog_configured_by_the_caller_gets_the_events(tmp_path: Path) -> N
     assert ("executed", "info") in events
     assert ("observation_failed", "error") in events
     assert [n for n in extra["stdlib"] if n.startswith("aexec")] == [], "routed to both"
+
+
+#: A discriminate run with the probe step configured from the environment (through
+#: ``prober_from_env``, so ``Options.from_env``) against a chat-completions server on
+#: 127.0.0.1 in the same process: one answer with probes (``probe_call``, probes run),
+#: one that is not JSON (``probe_answer_rejected``, a warning).
+DISCRIMINATE = """\
+import json, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import anyio
+import aexec
+from aexec import Candidate
+
+answers = [
+    json.dumps({"probes": [{"probe_id": "neg", "program": "print(f(-3))", "expected": "prints 3"}]}),
+    "I think you should test negatives.",
+]
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        content = answers.pop(0)
+        body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, format, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+import os
+os.environ["AEXEC_PROBE_BASE_URL"] = f"http://127.0.0.1:{server.server_address[1]}/v1"
+os.environ["AEXEC_PROBE_MODEL"] = "m"
+
+pair = [
+    Candidate("discriminate", "snippet", id="abs", code="def f(x):\\n    return abs(x)\\n"),
+    Candidate("discriminate", "snippet", id="clip", code="def f(x):\\n    return max(x, 0)\\n"),
+]
+
+async def main():
+    prober = aexec.prober_from_env()
+    first = await aexec.discriminate(pair, prober=prober)
+    second = await aexec.discriminate(pair, prober=prober)
+    await aexec.aclose()
+    return [[r.probe.fired, len(r.probe.probes), len(r.groups)] for r in (first, second)]
+
+observed = anyio.run(main, backend=sys.argv[2])
+server.shutdown()
+with open(sys.argv[1], "w") as f:
+    json.dump(observed, f)
+"""
+
+
+def test_a_discriminate_run_with_a_probe_writes_nothing_unconfigured(tmp_path: Path) -> None:
+    """issue 26, defect 11: the probe step's events (``probe_call``, a rejected answer)
+    and ``discriminated`` went to stdout through structlog's unconfigured default."""
+    out = tmp_path / "result.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AEXEC_", "PYTEST_"))}
+    env["TMPDIR"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", DISCRIMINATE, str(out), "asyncio"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    # The probe fired both times: its probes split the pair; the bad answer is no probe.
+    assert json.loads(out.read_text()) == [[True, 1, 2], [True, 0, 1]]
+    assert done.stdout == "", "aexec printed to the application's stdout"
+    assert done.stderr == "", "aexec wrote to stderr with no logging configured"
+
+
+#: Modules that may write to the process's own streams: the command line (its messages
+#: and its output), and the driver, which runs in the candidate's process (its streams
+#: are the candidate's, read back as the observation's).
+WRITERS = {"_cli.py", "_commands.py", "_jsonl.py", "_swebench.py", "_boundary/driver.py"}
+
+
+def test_nothing_in_the_library_logs_or_prints_outside_log() -> None:
+    """The static half: every module logs through ``aexec._log`` (only it and the CLI,
+    which configures structlog, import ``structlog`` or ``logging``), and only the
+    command line and the driver print or touch ``sys.stdout`` / ``sys.stderr``."""
+    import ast
+
+    import aexec
+
+    src = Path(aexec.__file__).parent
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src).as_posix()
+        writer = rel in WRITERS or rel.startswith("_boundary/_driver/")
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                for name in names:
+                    if name.split(".")[0] in ("structlog", "logging") and rel not in ("_log.py", "_cli.py"):
+                        found.append(f"{rel}:{node.lineno}: imports {name} (log through aexec._log)")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                if not writer:
+                    found.append(f"{rel}:{node.lineno}: print")
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "sys"
+                and node.attr in ("stdout", "stderr", "__stdout__", "__stderr__")
+                and not writer
+            ):
+                found.append(f"{rel}:{node.lineno}: sys.{node.attr}")
+    assert found == []

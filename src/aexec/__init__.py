@@ -36,7 +36,14 @@ from ._serde import dumps, structure, unstructure
 
 if TYPE_CHECKING:
     from ._discrimination.discriminate import BehaviourGroup, Discrimination, ProbeStep, discriminate
-    from ._discrimination.probe import OpenAIProber, Prober, ProbeSpec, ScriptedProber, prober_from_env
+    from ._discrimination.probe import (
+        OpenAIProber,
+        Prober,
+        ProbeSpec,
+        ScriptedProber,
+        prober_from_env,
+        prober_from_options,
+    )
     from ._scaleout.ray import RayExecutor, observe_many_ray
 
 #: Public names of the optional parts, by the module that holds them (imported lazily).
@@ -50,6 +57,7 @@ _LAZY = {
     "ProbeSpec": "._discrimination.probe",
     "ScriptedProber": "._discrimination.probe",
     "prober_from_env": "._discrimination.probe",
+    "prober_from_options": "._discrimination.probe",
     "RayExecutor": "._scaleout.ray",
     "observe_many_ray": "._scaleout.ray",
 }
@@ -107,6 +115,7 @@ __all__ = [
     "observe_many_ray",
     "observer",
     "prober_from_env",
+    "prober_from_options",
     "structure",
     "unstructure",
 ]

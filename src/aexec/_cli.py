@@ -20,7 +20,7 @@ import anyio
 import structlog
 
 from ._api import VERSION, observe_many, observer
-from ._commands import COMMANDS, add_commands, run_options
+from ._commands import COMMANDS, add_commands, run_options, unobserved
 from ._errors import RequestError
 from ._jsonl import check_cache_dir, default_cache_dir, open_output, read_cases
 from ._options import Options
@@ -90,11 +90,13 @@ def _summary(observations: Sequence[ExecutionObservation], wall: float, out: Tex
     verdicts = Counter(o.verdict for o in observations)
     classes = Counter(o.failure.failure_class for o in observations if o.failure is not None)
     hits = sum(o.cache_hit for o in observations)
+    broken = sum(o.flags.env_broken for o in observations)
     parts = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
     cls = ", ".join(f"{c} {n}" for c, n in sorted(classes.items()))
     print(
         f"aexec: observed {len(observations)} requests in {wall:.1f} s: {parts or 'none'}"
         + (f" | failure classes: {cls}" if cls else "")
+        + (f" | environment broken: {broken}" if broken else "")
         + f" | cache hits: {hits}",
         file=out,
     )
@@ -236,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    errors = [o for o in observations if o.verdict == "error"]
+    errors = unobserved(observations)
     for o in errors:
         print(f"aexec: could not observe {o.id!r}: {o.error}", file=sys.stderr)
     return 1 if errors or len(observations) != len(cases) else 0

@@ -11,13 +11,22 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 
 from ._errors import RequestError
-from ._jsonl import check_cache_dir, default_cache_dir, open_output, read_numbered
+from ._jsonl import check_cache_dir, check_output, default_cache_dir, open_output, read_numbered
 from ._options import Options
+from ._records import ExecutionObservation
+
+
+def unobserved(observations: Sequence[ExecutionObservation]) -> list[ExecutionObservation]:
+    """The observations aexec could not make: ``verdict: "error"`` for a reason of
+    aexec's own. An ``env_broken`` one (also ``error``) is not among them: the request was
+    observed, and what was seen is that the environment cannot run it (a result)."""
+    return [o for o in observations if o.verdict == "error" and not o.flags.env_broken]
 
 
 def run_options(p: argparse.ArgumentParser, *, jobs_help: str | None = None) -> None:
@@ -95,7 +104,13 @@ def _swebench_main(args: argparse.Namespace) -> int:
 
     if _bad_jobs(args):
         return 2
-    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    cache_dir = None
+    if not args.no_cache:
+        try:
+            cache_dir = check_cache_dir(args.cache_dir or default_cache_dir())
+        except RequestError as e:
+            print(f"aexec: {e}", file=sys.stderr)
+            return 2
     options = Options.from_env(limit=args.jobs, cache_dir=cache_dir)
     return swebench(args.predictions, args.instances, args.output, options=options)
 
@@ -109,31 +124,31 @@ def _bad_jobs(args: argparse.Namespace) -> bool:
 
 def _discriminate_main(args: argparse.Namespace) -> int:
     from ._discrimination.discriminate import discriminate, task_key
-    from ._discrimination.probe import prober_from_env
+    from ._discrimination.probe import prober_from_options
     from ._serde import to_json_data
 
     if _bad_jobs(args):
         return 2
+    tasks: dict[Any, list[int]] = {}
+    # Everything is checked before the output is touched, as by `observe`: a rejected
+    # input leaves an existing -o file as it was.
     try:
         cases, numbers = read_numbered(args.cases)
-        prober = prober_from_env()
+        prober = prober_from_options(Options.from_env())
+        for i, c in enumerate(cases):
+            tasks.setdefault(task_key(c), []).append(i)
+        for members in tasks.values():
+            if len(members) < 2:
+                raise RequestError(
+                    f"{args.cases}:{numbers[members[0]]}: a task needs 2 or more candidates"
+                    " (candidates of one task share repo and tests)"
+                )
         if not args.no_cache:
             args.cache_dir = check_cache_dir(args.cache_dir or default_cache_dir())
-        os.close(open_output(args.output, [args.cases]))  # checked (and created) before anything runs
+        check_output(args.output, [args.cases])
     except RequestError as e:
         print(f"aexec: {e}", file=sys.stderr)
         return 2
-    tasks: dict[Any, list[int]] = {}
-    for i, c in enumerate(cases):
-        tasks.setdefault(task_key(c), []).append(i)
-    for members in tasks.values():
-        if len(members) < 2:
-            print(
-                f"aexec: {args.cases}:{numbers[members[0]]}: a task needs 2 or more candidates"
-                " (candidates of one task share repo and tests)",
-                file=sys.stderr,
-            )
-            return 2
     cache_dir = None if args.no_cache else args.cache_dir
 
     async def run_all() -> list[Any]:
@@ -150,12 +165,12 @@ def _discriminate_main(args: argparse.Namespace) -> int:
 
     results = anyio.run(run_all)
     errors = 0
-    with open(
-        sys.stdout.fileno() if args.output == "-" else args.output,
-        "w",
-        encoding="utf-8",
-        closefd=args.output != "-",
-    ) as out:
+    try:
+        fd = open_output(args.output, [args.cases])
+    except RequestError as e:  # it changed while the candidates ran
+        print(f"aexec: {e}", file=sys.stderr)
+        return 1
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
         for n, ((repo, tests), r) in enumerate(zip(tasks, results, strict=True)):
             line = {
                 "task": n,
@@ -165,7 +180,7 @@ def _discriminate_main(args: argparse.Namespace) -> int:
                 **to_json_data(r),
             }
             out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
-            errors += sum(o.verdict == "error" for o in r.observations)
+            errors += len(unobserved(r.observations))
             groups = " | ".join(
                 "["
                 + ", ".join(str(i) for i in g.ids)
@@ -187,23 +202,26 @@ def _ab_main(args: argparse.Namespace) -> int:
     from ._ab.corpus import load_corpus
     from ._ab.harness import MECHANISMS, run_ab
     from ._ab.report import render
-    from ._discrimination.probe import prober_from_env
+    from ._discrimination.probe import prober_from_options
 
     if _bad_jobs(args):
         return 2
+    options = Options.from_env()
     try:
         corpus = load_corpus(args.corpus, args.labels)
-        prober = prober_from_env()
+        prober = prober_from_options(options)
+        # Where the report goes is checked before the runs, not after them.
+        out_dir = check_cache_dir(args.out or os.path.join(os.path.dirname(corpus.path), "ab"), flag="--out")
+        check_output(os.path.join(out_dir, "ab.json"), [corpus.path], flag="--out")
     except RequestError as e:
         print(f"aexec: {e}", file=sys.stderr)
         return 2
     ablate = list(MECHANISMS) if "all" in args.ablate else list(dict.fromkeys(args.ablate))
-    out_dir = args.out or os.path.join(os.path.dirname(corpus.path), "ab")
     run = functools.partial(
         run_ab,
         corpus,
         jobs=args.jobs,
-        options=Options.from_env(),
+        options=options,
         ablate=ablate,
         out_dir=out_dir,
         prober=prober,

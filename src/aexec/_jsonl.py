@@ -135,32 +135,53 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def open_output(path: str, inputs: list[str]) -> int:
-    """An fd to write observations to, checked and opened before anything runs."""
-    if path == STDIO:
-        return os.dup(sys.stdout.fileno())
+def _check_target(path: str, inputs: list[str], flag: str) -> None:
     for given in inputs:
         if given != STDIO and _same_file(path, given):
-            raise RequestError(f"-o {path}: is the input file {given}; refusing to overwrite it")
+            raise RequestError(f"{flag} {path}: is the input file {given}; refusing to overwrite it")
     try:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise RequestError(f"-o {path}: {e.strerror or e}") from None
+        raise RequestError(f"{flag} {path}: {e.strerror or e}") from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
-            raise RequestError(f"-o {path}: is a directory")
+            raise RequestError(f"{flag} {path}: is a directory")
         device = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
         if device and os.path.realpath(path) != os.devnull and not _is_tty(path):
-            raise RequestError(f"-o {path}: is a device, not a file")
+            raise RequestError(f"{flag} {path}: is a device, not a file")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise RequestError(f"-o {path}: directory {parent} does not exist")
+        raise RequestError(f"{flag} {path}: directory {parent} does not exist")
+
+
+def open_output(path: str, inputs: list[str], *, flag: str = "-o") -> int:
+    """An fd to write observations to, checked and opened (truncated) before anything runs."""
+    if path == STDIO:
+        return os.dup(sys.stdout.fileno())
+    _check_target(path, inputs, flag)
     try:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise RequestError(f"-o {path}: cannot write: {e.strerror or e}") from None
+        raise RequestError(f"{flag} {path}: cannot write: {e.strerror or e}") from None
+
+
+def check_output(path: str, inputs: list[str], *, flag: str = "-o") -> None:
+    """Every check of `open_output`, for a command that writes its output only when it
+    has it (``discriminate``, ``swebench``, ``ab``): call it after every other check and
+    before anything runs. An existing file is opened for writing but neither truncated
+    nor changed; a missing one is created to show it can be, then removed."""
+    if path == STDIO:
+        return
+    _check_target(path, inputs, flag)
+    existed = os.path.lexists(path)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOCTTY, 0o644))
+    except OSError as e:
+        raise RequestError(f"{flag} {path}: cannot write: {e.strerror or e}") from None
+    if not existed:
+        os.unlink(path)
 
 
 def _is_tty(path: str) -> bool:
@@ -174,7 +195,7 @@ def _is_tty(path: str) -> bool:
         os.close(fd)
 
 
-def check_cache_dir(path: str) -> str:
+def check_cache_dir(path: str, *, flag: str = "--cache-dir") -> str:
     """``path`` made absolute, created if missing, and shown to be writable."""
     full = os.path.abspath(path)
     try:
@@ -183,7 +204,7 @@ def check_cache_dir(path: str) -> str:
         os.close(fd)
         os.unlink(probe)
     except FileExistsError:
-        raise RequestError(f"--cache-dir {path}: exists and is not a directory") from None
+        raise RequestError(f"{flag} {path}: exists and is not a directory") from None
     except OSError as e:
-        raise RequestError(f"--cache-dir {path}: not a writable directory ({e.strerror or e})") from None
+        raise RequestError(f"{flag} {path}: not a writable directory ({e.strerror or e})") from None
     return full

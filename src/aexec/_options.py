@@ -19,6 +19,11 @@ from ._errors import RequestError
 #: ``antigaming`` — no confirming re-run, no diff-scope (tamper) check; ``cache`` — no
 #: disk cache and no in-process dedup. An observation made without them is not one to
 #: trust: they exist to measure what each mechanism is worth.
+#: Where `Options.from_env` reads the probe client's settings.
+ENV_PROBE_BASE_URL = "AEXEC_PROBE_BASE_URL"
+ENV_PROBE_MODEL = "AEXEC_PROBE_MODEL"
+ENV_PROBE_API_KEY = "AEXEC_PROBE_API_KEY"
+
 Mechanism = Literal["antigaming", "cache"]
 MECHANISMS: tuple[Mechanism, ...] = ("antigaming", "cache")
 
@@ -64,17 +69,28 @@ class Options:
     cgroups: bool = True
     #: Mechanisms removed for an ablation (see `MECHANISMS`); empty in real use.
     ablate: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_mechanisms)
+    #: The probe step's model client (an OpenAI-compatible API root, ``https://host/v1``,
+    #: and a model name; both or neither), and its key. Only ``discriminate`` and ``ab``
+    #: use them (``aexec.prober_from_options``); None: no probe client.
+    probe_base_url: str | None = None
+    probe_model: str | None = None
+    probe_api_key: str | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Options:
         """Options from ``AEXEC_NO_FORKSERVER``, ``AEXEC_NO_BYTECODE``,
-        ``AEXEC_NO_NAMESPACES`` and ``AEXEC_NO_CGROUPS`` (each off when ``=1``), then
-        ``overrides``. Only the CLI (or a caller who wants it) reads the environment."""
+        ``AEXEC_NO_NAMESPACES`` and ``AEXEC_NO_CGROUPS`` (each off when ``=1``),
+        ``AEXEC_PROBE_BASE_URL``, ``AEXEC_PROBE_MODEL`` and ``AEXEC_PROBE_API_KEY`` (unset
+        or blank: None), then ``overrides``. The one reader of aexec's environment
+        variables: only the CLI (or a caller who wants it) calls it."""
         env = os.environ if environ is None else environ
         fields: dict[str, object] = {
             "forkserver": env.get("AEXEC_NO_FORKSERVER") != "1",
             "bytecode": env.get("AEXEC_NO_BYTECODE") != "1",
             "namespaces": env.get("AEXEC_NO_NAMESPACES") != "1",
             "cgroups": env.get("AEXEC_NO_CGROUPS") != "1",
+            "probe_base_url": env.get(ENV_PROBE_BASE_URL, "").strip() or None,
+            "probe_model": env.get(ENV_PROBE_MODEL, "").strip() or None,
+            "probe_api_key": env.get(ENV_PROBE_API_KEY) or None,
         }
         return cls(**{**fields, **overrides})  # type: ignore[arg-type]

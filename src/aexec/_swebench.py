@@ -24,6 +24,7 @@ import attrs
 
 from ._api import observe_many, validate
 from ._errors import RequestError
+from ._jsonl import check_output, open_output
 from ._options import Options
 from ._records import Candidate, ExecutionObservation
 
@@ -270,6 +271,9 @@ def main(predictions_path: str, instances_path: str, output: str, *, options: Op
                 except RequestError as e:
                     raise RequestError(f"{instances_path}: instance {ident!r}: {e}") from None
                 todo.append(c)
+        # Checked now, not after the runs: a report that cannot be written, or that
+        # would overwrite an input, is refused before anything runs.
+        check_output(output, [predictions_path, instances_path])
     except RequestError as e:
         print(f"aexec: {e}", file=sys.stderr)
         return 2
@@ -283,7 +287,12 @@ def main(predictions_path: str, instances_path: str, output: str, *, options: Op
         return 128 + signum
     by_id = {str(o.id): o for o in observed}
     report = make_report(instances, predictions, by_id)
-    with open(output, "w", encoding="utf-8") as f:
+    try:
+        fd = open_output(output, [predictions_path, instances_path])
+    except RequestError as e:  # it changed while the candidates ran
+        print(f"aexec: {e}; no report written", file=sys.stderr)
+        return 1
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=4, ensure_ascii=False)
         f.write("\n")
     print(

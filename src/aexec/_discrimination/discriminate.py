@@ -23,10 +23,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
-import structlog
 
 from .._api import observe_many
 from .._errors import RequestError
+from .._log import get_logger
 from .._records import Candidate, ExecutionObservation, Policy
 from .._types import FailureClass, TestVerdict, Verdict
 from .probe import (
@@ -42,7 +42,7 @@ from .probe import (
     probe_messages,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["BehaviourGroup", "Discrimination", "ProbeStep", "discriminate", "task_key"]
 

@@ -19,13 +19,13 @@ any candidate and records the result as probe evidence, never as a test result.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
 
 from .._errors import ProbeCallError, RequestError
+from .._options import ENV_PROBE_API_KEY, ENV_PROBE_BASE_URL, ENV_PROBE_MODEL, Options
 
 __all__ = [
     "ENV_API_KEY",
@@ -40,6 +40,7 @@ __all__ = [
     "parse_probes",
     "probe_messages",
     "prober_from_env",
+    "prober_from_options",
 ]
 
 #: §4 caps of the one learned step (diagnostic-probe generation).
@@ -60,9 +61,9 @@ PROBE_STDOUT_CHARS: Final = 4096
 #: How long the one HTTP call may take.
 DEFAULT_PROBE_HTTP_TIMEOUT_S: Final = 120.0
 
-ENV_BASE_URL: Final = "AEXEC_PROBE_BASE_URL"
-ENV_MODEL: Final = "AEXEC_PROBE_MODEL"
-ENV_API_KEY: Final = "AEXEC_PROBE_API_KEY"
+ENV_BASE_URL: Final = ENV_PROBE_BASE_URL
+ENV_MODEL: Final = ENV_PROBE_MODEL
+ENV_API_KEY: Final = ENV_PROBE_API_KEY
 
 Message = Mapping[str, str]
 
@@ -237,14 +238,12 @@ class OpenAIProber:
         return content
 
 
-def prober_from_env(environ: Mapping[str, str] | None = None) -> OpenAIProber | None:
-    """The configured client, or ``None`` when none is (then the probe step is absent).
-
-    Reads ``AEXEC_PROBE_BASE_URL``, ``AEXEC_PROBE_MODEL`` and (optional)
-    ``AEXEC_PROBE_API_KEY``; raises `RequestError` when only one of the first two is set.
-    """
-    env = os.environ if environ is None else environ
-    base, model = env.get(ENV_BASE_URL, "").strip(), env.get(ENV_MODEL, "").strip()
+def prober_from_options(options: Options) -> OpenAIProber | None:
+    """The client ``options`` configure, or ``None`` when they configure none (then the
+    probe step is absent). Raises `RequestError` when only one of ``probe_base_url`` and
+    ``probe_model`` is set (naming the variable `Options.from_env` reads it from), or
+    when the URL is not http(s)."""
+    base, model = options.probe_base_url, options.probe_model
     if not base and not model:
         return None
     if not base or not model:
@@ -252,7 +251,13 @@ def prober_from_env(environ: Mapping[str, str] | None = None) -> OpenAIProber | 
         raise RequestError(f"probe client: {missing} is not set ({ENV_BASE_URL} and {ENV_MODEL} go together)")
     if not base.startswith(("http://", "https://")):
         raise RequestError(f"probe client: {ENV_BASE_URL}={base!r} is not an http(s) URL")
-    return OpenAIProber(base_url=base, model=model, api_key=env.get(ENV_API_KEY) or None)
+    return OpenAIProber(base_url=base, model=model, api_key=options.probe_api_key)
+
+
+def prober_from_env(environ: Mapping[str, str] | None = None) -> OpenAIProber | None:
+    """`prober_from_options` of `Options.from_env`: ``AEXEC_PROBE_BASE_URL``,
+    ``AEXEC_PROBE_MODEL`` and (optional) ``AEXEC_PROBE_API_KEY``."""
+    return prober_from_options(Options.from_env(environ))
 
 
 class ScriptedProber:

@@ -43,7 +43,6 @@ import fcntl
 import gzip
 import hashlib
 import io
-import logging
 import os
 import shutil
 import stat
@@ -57,12 +56,12 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import attrs
-import structlog
 
 from .. import _serde
 from .._api import VERSION, observe_many, validate
 from .._boundary.trees import EXCLUDED_NAMES
 from .._errors import AexecError, RequestError
+from .._log import get_logger
 from .._records import Candidate, ExecutionObservation
 from .._stages.assemble import unobserved
 from .._stages.classify import Classification, Runner
@@ -71,7 +70,7 @@ from .._types import DEFAULT_CPU_CORES, DEFAULT_RAM_MIB
 
 __all__ = ["RayExecutor", "observe_many_ray"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: How many times a task lost with its worker or node is submitted again.
 DEFAULT_RAY_RETRIES = 3
@@ -208,13 +207,6 @@ async def _observe_until_cancelled(
     return result[0] if result else None
 
 
-def _quiet_worker_logs() -> None:
-    """A Ray worker is a process aexec starts: unless someone configured structlog
-    there, keep warnings and errors (they reach Ray's worker logs), not every stage event."""
-    if not structlog.is_configured():
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-
-
 def _driver_python(path: str) -> str | None:
     """The driver's interpreter path, when it names this worker's own interpreter.
 
@@ -247,7 +239,6 @@ def _task(
     ray = _import_ray()
     if version != VERSION:
         raise AexecError(f"aexec {VERSION} on this Ray worker, aexec {version} on the driver")
-    _quiet_worker_logs()
     unpacked = False
     if archive is not None and repo_key is not None:
         repo, unpacked = node_repo(repo_key, lambda: ray.get(archive[0]), node_cache_dir(node_cache))
