@@ -249,3 +249,31 @@ def test_the_command_line_writes_one_line_per_task_and_refuses_a_lone_candidate(
     half = env | {"AEXEC_PROBE_BASE_URL": "http://127.0.0.1:9/v1"}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, env=half)
     assert done.returncode == 2 and "AEXEC_PROBE_MODEL is not set" in done.stderr
+
+
+async def test_an_environment_that_cannot_run_the_suite_is_named_as_the_reason_the_probe_did_not_fire(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "mod.py").write_text("def f(x):\n    return x\n")
+    (repo / "tests" / "test_mod.py").write_text(
+        "import aexec_no_such_module_here\nfrom mod import f\n\ndef test_f():\n    assert f(1) == 1\n"
+    )
+    old = (repo / "mod.py").read_text()
+    candidates = [
+        Candidate(
+            "discriminate",
+            "patch",
+            id=name,
+            repo=str(repo),
+            tests=["tests/test_mod.py"],
+            patch=diff("mod.py", old, old.replace("return x", body)),
+        )
+        for name, body in [("same", "return x + 0"), ("abs", "return abs(x)")]
+    ]
+    prober = ScriptedProber(OVER_ONE)
+    result = await discriminate(candidates, prober=prober)
+    assert all(o.flags.env_broken for o in result.observations)
+    assert prober.calls == [] and not result.probe.fired
+    assert result.probe.outcome == "not fired: the environment of candidate 0 ('same') is broken"

@@ -290,13 +290,17 @@ async def discriminate(
             outcome=f"not armed: candidate {unarmed} ({c.id!r}) is a {c.request_type} request;"
             " only discriminate requests arm the probe step",
         )
+    elif broken is not None:
+        who = f"candidate {broken} ({items[broken].id!r})"
+        why = (
+            f"the environment of {who} is broken"
+            if observations[broken].flags.env_broken
+            else f"aexec could not observe {who}"
+        )
+        step = attrs.evolve(step, outcome=f"not fired: {why}")
     elif oracle == "adequate":
         step = attrs.evolve(
             step, outcome=f"not needed: the suite tells the candidates apart ({len(groups)} groups)"
-        )
-    elif broken is not None:
-        step = attrs.evolve(
-            step, outcome=f"not fired: aexec could not observe candidate {broken} ({items[broken].id!r})"
         )
     else:
         step = await _fire(items, observations, property, prober, step)
