@@ -101,7 +101,7 @@ CLONE_NEW_ANY = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 |
 #: UNAME26|PER_LINUX32, and the query 0xffffffff.
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 
-_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_LD_W_ABS, _JA, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x05, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_KILL = 0x7FFF0000, 0x80000000  # SECCOMP_RET_KILL_PROCESS
 _RET_EPERM, _RET_ENOSYS = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low half (LE)
@@ -116,27 +116,41 @@ def describe(machine: str | None = None) -> str:
 
 
 def program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The filter for ``machine``: (code, jt, jf, k) per instruction. Jumps go forward to
-    the shared returns at the end."""
+    """The filter for ``machine``: (code, jt, jf, k) per instruction.
+
+    After the architecture check, the syscall number is looked up in a balanced tree of
+    comparisons (a few per call, not one per denied call: cheaper to run, and cheaper
+    for the kernel to prove constant when it loads the filter). Jumps go forward only,
+    to the argument checks and the shared returns at the end."""
     table = TABLES[machine]
-    # (opcode or label, jump if true, jump if false, k): jumps by label or offset
-    body: list[tuple[int | str, int | str, int | str, int]] = [
+    # (opcode or label, jump if true, jump if false, k): jumps and JA's k by label
+    body: list[tuple[int | str, int | str, int | str, int | str]] = [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),
         (_JEQ_K, 0, "kill", AUDIT_ARCH[machine]),
         (_LD_W_ABS, 0, 0, _OFF_NR),
     ]
     if machine == "x86_64":
         body.append((_JGE_K, "eperm", 0, X32_SYSCALL_BIT))
-    for name in DENIED:
-        if name in table:
-            body.append((_JEQ_K, "eperm", 0, table[name]))
+    decided = {table[name]: "eperm" for name in DENIED if name in table}
+    decided |= {table["clone3"]: "enosys", table["clone"]: "clone", table["personality"]: "personality"}
+
+    def tree(calls: list[tuple[int, str]]) -> None:
+        if len(calls) <= 6:
+            body.extend((_JEQ_K, action, 0, nr) for nr, action in calls)
+            body.append((_JA, 0, 0, "allow"))
+            return
+        mid, upper = len(calls) // 2, f"from {calls[len(calls) // 2][0]}"
+        body.append((_JGE_K, upper, 0, calls[mid][0]))
+        tree(calls[:mid])
+        body.append((upper, 0, 0, 0))  # a label
+        tree(calls[mid:])
+
+    tree(sorted(decided.items()))
     body += [
-        (_JEQ_K, "enosys", 0, table["clone3"]),
-        (_JEQ_K, 0, "not_clone", table["clone"]),
+        ("clone", 0, 0, 0),
         (_LD_W_ABS, 0, 0, _OFF_ARG0),
         (_JSET_K, "eperm", "allow", CLONE_NEW_ANY),
-        ("not_clone", 0, 0, 0),  # a label
-        (_JEQ_K, 0, "allow", table["personality"]),
+        ("personality", 0, 0, 0),
         (_LD_W_ABS, 0, 0, _OFF_ARG0),
         *[(_JEQ_K, "allow", 0, value) for value in PERSONALITIES],
         ("eperm", 0, 0, 0),
@@ -149,7 +163,7 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
         (_RET_K, 0, 0, _RET_KILL),
     ]
     labels: dict[str, int] = {}
-    code: list[tuple[int | str, int | str, int | str, int]] = []
+    code: list[tuple[int | str, int | str, int | str, int | str]] = []
     for ins in body:
         if isinstance(ins[0], str):
             labels[ins[0]] = len(code)
@@ -159,6 +173,7 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     for i, (op, jt, jf, k) in enumerate(code):
         jumps = [labels[j] - i - 1 if isinstance(j, str) else j for j in (jt, jf)]
         assert all(0 <= j < 256 for j in jumps), "a seccomp jump out of range"
+        k = labels[k] - i - 1 if isinstance(k, str) else k
         out.append((int(op), jumps[0], jumps[1], k))
     return out
 
@@ -167,28 +182,37 @@ class _Fprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+def _compiled(machine: str) -> tuple[ctypes.Array[ctypes.c_char], _Fprog] | None:
+    """The filter as the kernel reads it (struct sock_filter[] and its sock_fprog)."""
+    if machine not in TABLES:
+        return None
+    code = program(machine)
+    raw = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *ins) for ins in code))
+    return raw, _Fprog(len(code), ctypes.addressof(raw))
+
+
+#: Built once, as the driver loads: a fork server's runs share it.
+_MACHINE = os.uname().machine
+_FILTER = _compiled(_MACHINE)
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
 def install() -> None:
     """Load the filter into this process (``no_new_privs`` must be set). `BoxError` if
     the machine is unknown or the kernel refuses it: the run must not go ahead."""
-    machine = os.uname().machine
-    if machine not in TABLES:
-        raise kernel.BoxError(f"seccomp: no syscall table for the {machine} architecture")
-    code = program(machine)
-    raw = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *ins) for ins in code))
-    prog = _Fprog(len(code), ctypes.addressof(raw))
-    libc = ctypes.CDLL(None, use_errno=True)
-    rc = libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0)
+    if _FILTER is None:
+        raise kernel.BoxError(f"seccomp: no syscall table for the {_MACHINE} architecture")
+    rc = _libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(_FILTER[1]), 0, 0)
     if rc != 0:
         raise kernel.BoxError(f"seccomp: {os.strerror(ctypes.get_errno())}")
 
 
 def _probe() -> None:
     """Install the filter here, check it refuses unshare, print `describe()`."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, ctypes.c_ulong(1), 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    if _libc.prctl(38, ctypes.c_ulong(1), 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise SystemExit("no_new_privs refused")
     install()
-    if libc.unshare(0x10000000) == 0 or ctypes.get_errno() != errno.EPERM:  # CLONE_NEWUSER
+    if _libc.unshare(0x10000000) == 0 or ctypes.get_errno() != errno.EPERM:  # CLONE_NEWUSER
         raise SystemExit("the filter did not hold")
     print(describe())
 
