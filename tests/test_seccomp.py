@@ -12,11 +12,16 @@ import ctypes
 import errno
 import json
 import os
+import re
+import runpy
 import uuid
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+import aexec
 from aexec import Candidate, ExecutionObservation, Options, observe
 from aexec._boundary.isolation import detect_isolation
 
@@ -276,3 +281,69 @@ print(json.dumps(out))
 @PATHS
 async def test_threads_subprocesses_and_sqlite_still_run_under_the_filter(path: str) -> None:
     assert result(await run(LEGIT, path)) == ["thread", "spawned", "run", "sqlite"]
+
+
+# -- the program itself, on every architecture it knows (run here by a BPF interpreter) --
+
+PART = runpy.run_path(
+    str(Path(aexec.__file__).parent / "_boundary" / "_driver" / "seccomp.py"),
+    init_globals={"kernel": SimpleNamespace(BoxError=RuntimeError)},
+)
+
+
+def run_bpf(code: list[tuple[int, int, int, int]], nr: int, arch: int, arg0: int = 0) -> int:
+    """Classic BPF as the kernel runs a seccomp filter (the opcodes the filter uses)."""
+    data = {0: nr, 4: arch, 16: arg0 & 0xFFFFFFFF}
+    acc, pc = 0, 0
+    while True:
+        op, jt, jf, k = code[pc]
+        if op == 0x06:
+            return k
+        if op == 0x20:
+            acc, pc = data[k], pc + 1
+        elif op == 0x05:
+            pc += 1 + k
+        else:
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[op]
+            pc += 1 + (jt if taken else jf)
+
+
+HEADERS = {
+    "x86_64": ("/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "__NR_"),
+    "aarch64": ("/usr/include/asm-generic/unistd.h", "__NR(?:3264)?_"),
+}
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_program_decides_every_syscall_number_as_its_table_says(machine: str) -> None:
+    code, table, arch = PART["program"](machine), PART["TABLES"][machine], PART["AUDIT_ARCH"][machine]
+    denied = {table[n] for n in PART["DENIED"] if n in table}
+    allow, eperm, enosys, kill = 0x7FFF0000, 0x50000 | EPERM, 0x50000 | ENOSYS, 0x80000000
+    for nr in range(1024):
+        want = eperm if nr in denied else enosys if nr == table["clone3"] else allow
+        if nr in (table["clone"], table["personality"]):
+            continue
+        assert run_bpf(code, nr, arch) == want, (machine, nr)
+    assert run_bpf(code, table["getpid" if "getpid" in table else "clone"], 0x40000003) == kill  # i386
+    assert run_bpf(code, 20, 0x40000028) == kill  # arm32
+    for flags, want in [(0x11, allow), (0x3D0F00, allow), (CLONE_NEWUSER | 0x11, eperm), (0x08000000, eperm)]:
+        assert run_bpf(code, table["clone"], arch, flags) == want, hex(flags)
+    for persona in (0, 8, 0x20000, 0x20008, 0xFFFFFFFF, 0x400000, 0x40000, 1):
+        want = allow if persona in PART["PERSONALITIES"] else eperm
+        assert run_bpf(code, table["personality"], arch, persona) == want, hex(persona)
+    if machine == "x86_64":
+        assert run_bpf(code, 39 | 0x40000000, arch) == eperm  # x32's getpid
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_tables_numbers_are_the_kernel_headers(machine: str) -> None:
+    path, prefix = HEADERS[machine]
+    if not os.path.exists(path):
+        pytest.skip(f"no {path} here")
+    text = Path(path).read_text()
+    for name, nr in PART["TABLES"][machine].items():
+        found = re.findall(rf"^#define {prefix}{name}\s+(\d+)$", text, re.M)
+        if found:  # headers older than the call do not name it
+            assert int(found[0]) == nr, (machine, name)
+        elif name != "open_tree_attr":
+            pytest.fail(f"{name} is not in {path}")
