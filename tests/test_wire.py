@@ -236,7 +236,7 @@ def a_box(tmp_path: Path) -> dict[str, Any]:
     # supervisor_pids names no process: the driver must refuse to build it, with BOX_FAILED
     return {"supervisor_pids": [], "uid": 65534, "gid": 65534, "scratch_root": str(tmp_path),
             "sibling_prefix": str(tmp_path / "none-"), "writable": [], "tmp": str(tmp_path),
-            "tmp_targets": [], "masks": [], "keep": []}  # fmt: skip
+            "tmp_targets": [], "masks": [], "keep": [], "seccomp": True}  # fmt: skip
 
 
 def observed_caps(driver: str, tmp_path: Path) -> tuple[int, int, int]:

@@ -64,6 +64,8 @@ class Box(TypedDict):
     masks: list[Mask]
     #: Paths under a tmp target that must stay visible (bound back in place).
     keep: list[str]
+    #: Install the syscall filter (``_driver/seccomp.py``) in the candidate.
+    seccomp: bool
 
 
 class StepSpec(TypedDict):

@@ -7,6 +7,7 @@ records out) and its own parts in ``_driver/`` (see `_load`):
 
     reporting   the report file: one JSON record per event, flushed line by line
     kernel      the boundary's kernel calls: namespaces, the mount view, cgroups, uid, rlimits
+    seccomp     the candidate's syscall filter (a BPF deny-list)
     runners     what a run does: a snippet, a command, a compile check, pytest, steps
     serve       the fork server (``driver.py --serve``), which forks runs from a warm interpreter
     pyc         the bytecode job (``driver.py --bytecode``), not a run
@@ -15,12 +16,12 @@ This file is the run's process tree. With a ``box`` in the spec (root, namespace
 available) a run is three processes::
 
     outer   joins the run's cgroups, dies with aexec (PR_SET_PDEATHSIG), unshares
-            PID + network + mount namespaces, and waits for:
-    init    pid 1 of the new namespaces: builds the filesystem view (everything
+            PID + network + mount + IPC + UTS namespaces, and waits for:
+    init    pid 1 of the new namespaces: names the host "aexec", builds the filesystem view (everything
             read-only but the scratch dirs, /tmp bound to the scratch tmp, a fresh
             /proc), then forks and reaps:
     child   the candidate: drops to the run's own unprivileged uid, no_new_privs,
-            kernel rlimits; then runs the snippet, command, or pytest.
+            the syscall filter, kernel rlimits; then runs the snippet, command, or pytest.
 
 The fork server forks a boxed run straight into its namespaces as their init, so it
 needs no outer process. When init dies, the kernel kills everything left in its PID
@@ -64,11 +65,12 @@ def _part(name: str, **given: Any) -> Any:
 if TYPE_CHECKING:
     from .. import _wire as wire
     from .._wire import Instructions
-    from ._driver import kernel, pyc, reporting, runners, serve
+    from ._driver import kernel, pyc, reporting, runners, seccomp, serve
 else:
     wire = _load(os.path.join(os.path.dirname(_HERE), "_wire.py"), "_aexec_wire")
     reporting = _part("reporting", wire=wire)
     kernel = _part("kernel")
+    seccomp = _part("seccomp", kernel=kernel)
     runners = _part("runners", wire=wire, reporting=reporting)
     serve = _part("serve", wire=wire, kernel=kernel, runners=runners)
     pyc = _part("pyc")
@@ -81,6 +83,8 @@ def run_candidate(spec: Instructions) -> None:
     box = spec["box"]
     if box:
         kernel.drop_privileges(box)
+        if box["seccomp"]:
+            seccomp.install()  # after no_new_privs, before anything of the candidate's
     os.chdir(spec["cwd"])
     report = reporting.Report(spec["report"])
     kernel.apply_limits(spec)
@@ -192,6 +196,7 @@ def main() -> None:
         try:
             if not as_init:
                 kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
+            kernel.name_host()
             kernel.build_view(box)
         except (kernel.BoxError, OSError) as e:
             box_failed(kernel.BoxError(str(e)))

@@ -1,8 +1,9 @@
 """Which kernel mechanisms the boundary can use here, probed once per `Observer`.
 
-* **namespaces** (root): the driver unshares PID, network and mount namespaces, makes
-  the host read-only but the scratch dirs, and drops the candidate to a fresh
-  unprivileged uid. Killing the namespace's init kills everything in it, and the
+* **namespaces** (root): the driver unshares PID, network, mount, IPC and UTS
+  namespaces, makes the host read-only but the scratch dirs, and drops the candidate
+  to a fresh unprivileged uid, under a seccomp syscall filter where the machine can
+  load it (``_driver/seccomp.py``; probed here by loading it). Killing the namespace's init kills everything in it, and the
   driver dies with aexec (``PR_SET_PDEATHSIG``).
 * **cgroups** (root, a writable cgroup tree): a cgroup per run with a CPU quota, a
   memory cap for the whole tree, a process cap, and ``cgroup.kill``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import attrs
 
@@ -32,6 +34,9 @@ class Isolation:
     #: PID + network + mount namespaces, read-only host, unprivileged uid, tmpfs scratch.
     namespaces: bool
     cgroups: Cgroups | None = None
+    #: What the candidate's syscall filter denies (``seccomp: deny-list vN, K calls``),
+    #: or None: not installable here (unknown architecture, kernel without it).
+    seccomp: str | None = None
 
     @property
     def enforced(self) -> dict[str, str]:
@@ -52,6 +57,14 @@ class Isolation:
                 "user": "unprivileged uid per run, no_new_privs, no capabilities",
                 "disk": "scratch root on a tmpfs sized repo + disk cap; RLIMIT_FSIZE per file",
                 "processes": "RLIMIT_NPROC for the run's own uid",
+                "ipc": "ipc_namespace per run (own SysV objects and POSIX message queues)",
+                "hostname": "uts_namespace per run, hostname 'aexec'",
+                "syscalls": (
+                    f"{self.seccomp} (EPERM; clone and unshare of namespaces EPERM, clone3"
+                    " ENOSYS; other ABIs killed)"
+                    if self.seccomp
+                    else "none: no seccomp filter loads here (unknown architecture or kernel)"
+                ),
             }
         else:
             out |= {
@@ -59,6 +72,9 @@ class Isolation:
                 "network": "none",
                 "filesystem": "scratch copy of the repo (host paths not write-protected)",
                 "user": "aexec's own user",
+                "ipc": "the host's",
+                "hostname": "the host's",
+                "syscalls": "none",
             }
         if self.cgroups is not None:
             out |= self.cgroups.describe()
@@ -82,6 +98,25 @@ def _probe_namespaces() -> bool:
     return done.returncode == 0
 
 
+#: The driver's filter, run alone: installs itself, checks it holds, prints what it denies.
+_SECCOMP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_driver", "seccomp.py")
+
+
+def _probe_seccomp() -> str | None:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-s", _SECCOMP],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
 def detect_isolation(*, namespaces: bool = True, cgroups: bool = True) -> Isolation:
     """Probe what the kernel allows, using only the mechanisms not forbidden
     (``namespaces=False`` / ``cgroups=False``: to test the fallbacks, or where one
@@ -89,6 +124,7 @@ def detect_isolation(*, namespaces: bool = True, cgroups: bool = True) -> Isolat
     on an event loop run it in a worker thread.
     """
     ns = namespaces and _probe_namespaces()
+    filtered = _probe_seccomp() if ns else None
     cg = probe_cgroups() if cgroups else None
     if not ns:
         log.warning(
@@ -96,10 +132,16 @@ def detect_isolation(*, namespaces: bool = True, cgroups: bool = True) -> Isolat
             mechanism="namespaces",
             reason="not root, namespaces unavailable or turned off: process-group kill, network and host files unprotected",
         )
+    if ns and filtered is None:
+        log.warning(
+            "isolation_degraded",
+            mechanism="seccomp",
+            reason="the syscall filter does not load here (unknown architecture or kernel): none is installed",
+        )
     if cg is None:
         log.warning(
             "isolation_degraded",
             mechanism="cgroups",
             reason="no writable cgroup tree, or turned off: no core cap, tree memory cap or cgroup.kill",
         )
-    return Isolation(namespaces=ns, cgroups=cg)
+    return Isolation(namespaces=ns, cgroups=cg, seccomp=filtered)

@@ -243,6 +243,7 @@ async def run_once(
                     supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
                     sibling_prefix=os.path.join(os.path.dirname(scratch.root), SCRATCH_PREFIX),
                     masks=session.masks(needed_paths(scratch, toolchain_paths)),
+                    seccomp=session.isolation.seccomp is not None,
                 )
             facts = RunFacts(
                 runner=job.runner,

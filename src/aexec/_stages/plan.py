@@ -67,6 +67,8 @@ class BoxFacts:
     sibling_prefix: str
     #: ``masks(paths the run needs)`` (``aexec._boundary.scratch.masks``).
     masks: tuple[tuple[str, tuple[str, ...]], ...]
+    #: The syscall filter can be installed here (`aexec._boundary.isolation`).
+    seccomp: bool = False
 
 
 @attrs.frozen
@@ -273,6 +275,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
             "masks": [{"hidden": hidden, "paths": list(paths)} for hidden, paths in facts.box.masks],
             # covered by the scratch tmp inside: bound back in place by the driver
             "keep": [p for p in covered if not under(p, covered)],
+            "seccomp": facts.box.seccomp,
         }
     instructions: Instructions = {
         "runner": facts.runner,

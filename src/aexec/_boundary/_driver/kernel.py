@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from ..._wire import Box, Instructions
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+CLONE_NEWIPC, CLONE_NEWUTS = 0x08000000, 0x04000000
+#: A run's own namespaces: PID, mount, network, and IPC (no SysV object or POSIX
+#: message queue crosses between runs or outlives one) and UTS (its own hostname).
+CLONE_RUN = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+HOSTNAME = b"aexec"
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
@@ -209,8 +214,14 @@ def drop_privileges(box: Box) -> None:
 
 
 def unshare() -> None:
-    """New PID (for the children), mount and network namespaces: a cold run's outer process."""
-    _call(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET), "unshare")
+    """New PID (for the children), mount, network, IPC and UTS namespaces: a cold run's
+    outer process."""
+    _call(_libc.unshare(CLONE_RUN), "unshare")
+
+
+def name_host() -> None:
+    """In the run's own UTS namespace: the same fixed hostname for every run."""
+    _call(_libc.sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
 
 
 def apply_limits(spec: Instructions) -> None:
@@ -228,11 +239,11 @@ _libc_gil = ctypes.PyDLL(None, use_errno=True)
 
 
 def fork_init() -> int:
-    """``os.fork()``, with the child in new PID, mount and network namespaces, whose
+    """``os.fork()``, with the child in new PID, mount, network, IPC and UTS namespaces, whose
     init (pid 1) it is: what an outer process's ``unshare`` + ``fork`` gives, in one
     process fewer. The interpreter's own fork hooks run around it as around ``os.fork``."""
     assert SYS_CLONE is not None
-    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | signal.SIGCHLD
+    flags = CLONE_RUN | signal.SIGCHLD
     ctypes.pythonapi.PyOS_BeforeFork()
     try:
         pid = _libc_gil.syscall(
