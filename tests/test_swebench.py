@@ -210,10 +210,10 @@ async def test_a_conftest_only_patch_is_tampered_and_not_resolved(calc: Path, te
     """SWE-bench #631: a patch that only adds a conftest.py forcing every test to pass."""
     cheat = diff_of(calc, {"tests/conftest.py": FORCE_PASS_CONFTEST})
     obs = await observe(graded(calc, "cheat", cheat, test_patch))
-    assert all(t.verdict == "passed" for t in obs.test_results)  # the cheat worked on pytest...
     assert obs.flags.tampered and obs.verdict == "tampered"
-    assert obs.resolved is False  # ...and not on the grade
-    assert obs.expected_failures == ExpectedFailures((), ())
+    assert obs.resolved is False
+    # pytest's reports said "passed"; the tests raised, and aexec says what ran (issue 26).
+    assert obs.expected_failures == ExpectedFailures(tuple(F2P), ())
 
 
 async def test_a_candidate_that_edits_the_oracles_files_is_overruled_and_tampered(

@@ -51,6 +51,7 @@ __all__ = [
     "ResourceUsage",
     "TableChange",
     "TestResult",
+    "UnmatchedTest",
 ]
 
 
@@ -270,6 +271,17 @@ class ExpectedFailures:
 
 
 @attrs.frozen
+class UnmatchedTest:
+    """An expected test id of a graded request that no test that ran answers to
+    (`aexec._stages.grade.matches`): it did not pass, and ``reason`` says why."""
+
+    #: ``fail_to_pass`` or ``pass_to_pass``.
+    field: str
+    test: str
+    reason: str
+
+
+@attrs.frozen
 class ResourceUsage:
     #: CPU seconds used over (wall seconds × the core cap), clipped to 0..1.
     peak_cpu: float | None = None
@@ -350,6 +362,9 @@ class ExecutionObservation:
     resolved: bool | None = None
     #: Graded requests only (else None): which expected tests did not pass.
     expected_failures: ExpectedFailures | None = None
+    #: Graded requests only (else None): the expected ids no test that ran answers to,
+    #: each with the reason (also in ``expected_failures``).
+    expected_unmatched: tuple[UnmatchedTest, ...] | None = None
     #: Set with ``flags.env_broken``: the environment's fault and the evidence for it.
     env_fault: EnvFault | None = None
 

@@ -184,6 +184,7 @@ def _detail(instance: Instance, prediction: Prediction, obs: ExecutionObservatio
         "patch_successfully_applied": obs.verdict != "error" and not refused,
         "resolved": obs.resolved is True,
         "tests_status": status,
+        "expected_unmatched": [attrs.asdict(u) for u in obs.expected_unmatched or ()],
         "verdict": obs.verdict,
         "flags": attrs.asdict(obs.flags),
         "failure": None if obs.failure is None else attrs.asdict(obs.failure),

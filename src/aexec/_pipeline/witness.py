@@ -55,8 +55,13 @@ async def observe_one(session: Session, job: Job) -> ExecutionObservation:
         lambda: witness(session, job),
         valid=lambda o: o.cache_key == job.key and o.artifact_version == job.version,
     )
+    blog = log.bind(candidate=job.candidate.id)
+    if obs.expected_unmatched:  # said without -v: the grade of these ids is "did not pass"
+        blog.warning(
+            "expected_unmatched", tests=[f"{u.field} {u.test!r}: {u.reason}" for u in obs.expected_unmatched]
+        )
     if source != "ran":
-        log.bind(candidate=job.candidate.id).info("cache_hit", source=source, cache_key=job.key[:12])
+        blog.info("cache_hit", source=source, cache_key=job.key[:12])
         return attrs.evolve(obs, id=job.candidate.id, cache_hit=True)
     return obs
 

@@ -30,7 +30,7 @@ from .._records import (
 )
 from .._types import TestVerdict, Verdict
 from .classify import Classification
-from .grade import grade
+from .grade import grade, unmatched
 from .normalize import failures, signal_name
 from .parse import Evidence, ParsedTest
 
@@ -368,7 +368,12 @@ def graded(obs: ExecutionObservation, candidate: Candidate) -> ExecutionObservat
     )
     if resolved is None:
         return obs
-    return attrs.evolve(obs, resolved=resolved, expected_failures=missing)
+    return attrs.evolve(
+        obs,
+        resolved=resolved,
+        expected_failures=missing,
+        expected_unmatched=unmatched(candidate, obs.test_results),
+    )
 
 
 def unobserved(

@@ -12,25 +12,35 @@ resolve the instance:
                ∧ the candidate did not tamper ∧ the observation is not ``error``
 
 An expected test that was never collected did not pass.
+
+An expected id answers to the tests that ran as SWE-bench's harness resolves it
+(swebench 5.0.2 ``grading._resolve_case``): the test with exactly that id; failing that,
+when the id has more ``[`` than ``]`` (a parametrized id SWE-bench cut at its first
+space, ``t.py::test_f[a`` for ``t.py::test_f[a b]``), every test whose id starts with
+it. It passed when it answers to one test or more and every one of them passed. An id
+no test answers to is named in the observation (`unmatched`), with the reason.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from .._errors import RequestError
-from .._records import Candidate, ExpectedFailures, TestResult
+from .._records import Candidate, ExpectedFailures, TestResult, UnmatchedTest
 
 __all__ = [
     "check",
+    "cut_short",
     "expected",
     "expects",
     "grade",
+    "matches",
     "named",
     "oracle_paths_touched",
     "selection",
     "test_file",
+    "unmatched",
     "would_resolve",
 ]
 
@@ -45,6 +55,27 @@ def test_file(nodeid: str) -> str:
     return posixpath.normpath(nodeid.split("::", 1)[0])
 
 
+def cut_short(nodeid: str) -> bool:
+    """Is ``nodeid`` a parametrized id cut short (more ``[`` than ``]``), as SWE-bench ships
+    an id whose parameters hold a space?"""
+    return nodeid.count("[") > nodeid.count("]")
+
+
+def matches(nodeid: str, ran: Collection[str]) -> list[str]:
+    """The ids of the tests that ran that the expected ``nodeid`` answers to (swebench's
+    ``_resolve_case``): itself, or, for an id cut short, every id that starts with it."""
+    if nodeid in ran:
+        return [nodeid]
+    return [t for t in ran if t.startswith(nodeid)] if cut_short(nodeid) else []
+
+
+def _selector(sel: str) -> str:
+    """A selector pytest can select: an id cut short (``t.py::test_f[a``, which pytest
+    answers with "not found") selects its test function, every parameter it may stand for."""
+    path, sep, rest = sel.partition("::")
+    return path + sep + rest.split("[", 1)[0] if sep and cut_short(rest) else sel
+
+
 def expected(candidate: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return candidate.fail_to_pass or (), candidate.pass_to_pass or ()
 
@@ -52,8 +83,12 @@ def expected(candidate: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def selection(candidate: Candidate) -> tuple[str, ...] | None:
     """What the run selects: the request's ``tests``; without them, when tests are
     expected, the test files those node ids name (in first-seen order)."""
-    if candidate.tests is not None or not expects(candidate):
+    if candidate.tests is not None and candidate.language == "python":
+        return tuple(dict.fromkeys(_selector(sel) for sel in candidate.tests))
+    if candidate.tests is not None:
         return candidate.tests
+    if not expects(candidate):
+        return None
     f2p, p2p = expected(candidate)
     return tuple(dict.fromkeys(test_file(n) for n in (*f2p, *p2p)))
 
@@ -100,14 +135,46 @@ def grade(
     ``results`` (never collected, never run) did not pass."""
     if not expects(candidate):
         return None, None
-    passed = {r.test for r in results if r.verdict == "passed"}
+    verdicts = {r.test: r.verdict for r in results}
+
+    def passed(nodeid: str) -> bool:
+        found = matches(nodeid, verdicts)
+        return bool(found) and all(verdicts[t] == "passed" for t in found)
+
     f2p, p2p = expected(candidate)
     missing = ExpectedFailures(
-        fail_to_pass=tuple(n for n in f2p if error or n not in passed),
-        pass_to_pass=tuple(n for n in p2p if error or n not in passed),
+        fail_to_pass=tuple(n for n in f2p if error or not passed(n)),
+        pass_to_pass=tuple(n for n in p2p if error or not passed(n)),
     )
     ok = not missing.fail_to_pass and not missing.pass_to_pass
     return ok and not tampered and not error, missing
+
+
+def _why(nodeid: str, verdicts: Mapping[str, str]) -> str:
+    """Why no test that ran answers to the expected ``nodeid``."""
+    if not verdicts:
+        return "no test ran"
+    path = test_file(nodeid)
+    if verdicts.get(path) == "errored":
+        return f"its file {path} did not collect"
+    if not any(test_file(t) == path for t in verdicts):
+        return f"no test of its file {path} ran"
+    if cut_short(nodeid):
+        return "a parametrized id cut short (more '[' than ']'): no test that ran starts with it"
+    return "no test that ran has this id"
+
+
+def unmatched(candidate: Candidate, results: Iterable[TestResult]) -> tuple[UnmatchedTest, ...] | None:
+    """The expected ids no test in ``results`` answers to, each with the reason; None
+    without an expectation."""
+    if not expects(candidate):
+        return None
+    verdicts = {r.test: r.verdict for r in results}
+    return tuple(
+        UnmatchedTest(field, nodeid, _why(nodeid, verdicts))
+        for field, _, nodeid in named(candidate)
+        if field != "tests" and not matches(nodeid, verdicts)
+    )
 
 
 def would_resolve(candidate: Candidate, results: Iterable[TestResult]) -> bool:
