@@ -34,6 +34,7 @@ PLUGINS = [
     "hypothesis",
     "pytest-timeout",
     "pytest-xdist",
+    "pytest-rerunfailures",
 ]
 
 
@@ -273,6 +274,40 @@ async def test_xdist_timeout_and_hypothesis_from_addopts(
     ), found
     assert found["tests/test_props.py::test_wrong"][0] == "assertion"
     assert obs.failure is not None and obs.failure.failure_class == "assertion"
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_test_that_passes_when_rerun_passes_as_plain_pytest_says(
+    plugin_python: str, make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    """pytest-rerunfailures: a failed attempt that is retried is not the test's verdict
+    (nor its failure); a test that fails every attempt still fails with its exception."""
+    repo = make_repo(
+        {
+            "tests/test_flaky.py": """
+                from pathlib import Path
+                import pytest
+
+                @pytest.mark.flaky(reruns=2)
+                def test_second_try(tmp_path_factory):
+                    count = Path(__file__).with_name("attempts")
+                    n = int(count.read_text()) if count.exists() else 0
+                    count.write_text(str(n + 1))
+                    assert n >= 1
+
+                @pytest.mark.flaky(reruns=1)
+                def test_never():
+                    raise ValueError("every time")
+            """,
+        }
+    )
+    obs = await _agrees(plugin_python, repo, ["tests/test_flaky.py"], tmp_path)
+    assert {t.test.rsplit("::", 1)[1]: t.verdict for t in obs.test_results} == {
+        "test_second_try": "passed",
+        "test_never": "failed",
+    }
+    assert [f.message for f in obs.failures] == ["tests/test_flaky.py::test_never: ValueError: every time"]
 
 
 @pytest.fixture(scope="session")

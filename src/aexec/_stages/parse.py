@@ -22,8 +22,6 @@ from .classify import Runner
 
 #: The name the snippet is shown under in locations.
 SNIPPET_NAME = "snippet.py"
-#: The phases of a pytest test that raise its own exceptions.
-_TEST_PHASES = frozenset({"setup", "call", "teardown"})
 
 
 @attrs.frozen
@@ -271,12 +269,6 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         conftest = conftest_error(raw.stderr, cwd)
         if conftest is not None:
             errors.append(conftest)
-    for e in errors:
-        # The test raised in its setup, call or teardown (pytest hands aexec the exception
-        # by the call's outcome, not by its report), yet its report says it passed or was
-        # skipped: a hook rewrote the report. The test did not pass.
-        if e.nodeid is not None and e.phase in _TEST_PHASES and tests.get(e.nodeid) in ("passed", "skipped"):
-            tests[e.nodeid] = "failed" if e.phase == "call" else "errored"
     in_flight = next((n for n in reversed(started) if n not in tests), None)
     if in_flight is not None and (raw.timed_out or pytest_exit is None):
         tests[in_flight] = "errored"  # killed (or died) while it ran

@@ -163,6 +163,11 @@ class Reporter:
     def __init__(self, report: Report) -> None:
         self.report = report
         self.verdicts: dict[str, str] = {}
+        #: Tests that raised in a phase whose report a hook rewrote into a pass or skip.
+        self.rewritten: dict[str, str] = {}
+        #: A running test's exceptions, written when it finishes: a failed attempt that a
+        #: rerun plugin retries is not the test's failure.
+        self.pending: dict[str, list[dict[str, Any]]] = {}
 
     def pytest_collection_finish(self, session: Any) -> None:
         self.report.write("collected", count=len(session.items))
@@ -178,12 +183,26 @@ class Reporter:
         phase = getattr(report, "when", None) or "collect"
         if phase == "collect" and exc.__cause__ is not None:
             exc = exc.__cause__  # pytest wraps SyntaxError/ImportError in CollectError
-        self.report.write("exception", phase=phase, nodeid=node.nodeid, **reporting.describe(exc))
+        record = dict(phase=phase, nodeid=node.nodeid, **reporting.describe(exc))
+        if phase not in ("setup", "call", "teardown"):
+            self.report.write("exception", **record)
+            return
+        self.pending.setdefault(node.nodeid, []).append(record)
+        if not report.failed:
+            # pytest calls this for no skip and no expected failure, and hands it the report
+            # of this very attempt (a plugin's rerun marks its reports only later): the test
+            # raised, yet its report says it passed. A hook rewrote it; the test did not pass.
+            self.rewritten[node.nodeid] = phase
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self.report.write("start", nodeid=nodeid)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.outcome == "rerun":
+            # pytest-rerunfailures' (or flaky's) failed attempt: the next attempt decides.
+            for attempt in (self.verdicts, self.rewritten, self.pending):
+                attempt.pop(report.nodeid, None)
+            return
         prior = self.verdicts.get(report.nodeid)
         if report.when == "setup":
             verdict = "errored" if report.failed else "skipped" if report.skipped else None
@@ -229,7 +248,18 @@ class Reporter:
         )
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        self.report.write("test", nodeid=nodeid, verdict=self.verdicts.get(nodeid, "errored"))
+        verdict = self.verdicts.get(nodeid, "errored")
+        if nodeid in self.rewritten:
+            verdict = "failed" if self.rewritten[nodeid] == "call" else "errored"
+        for record in self.pending.pop(nodeid, []):
+            self.report.write("exception", **record)
+        self.report.write("test", nodeid=nodeid, verdict=verdict)
+
+    def pytest_sessionfinish(self, session: Any) -> None:
+        for records in self.pending.values():  # a test that never finished
+            for record in records:
+                self.report.write("exception", **record)
+        self.pending.clear()
 
 
 def run_pytest(spec: Instructions, report: Report) -> int:
