@@ -17,12 +17,12 @@ Scratch roots are named ``aexec-<pid>-…``: those of a dead aexec are swept
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import secrets
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterable
-from pathlib import Path
 
 from .._log import get_logger
 from .._stages.plan import Scratch
@@ -78,27 +78,69 @@ def run_uid() -> int:
     return (1 << 20) + secrets.randbelow(1 << 24)
 
 
-def masks(needed: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """Directories others cannot traverse on the way to what a run needs, for the driver.
+#: What of the host's /etc a run's view holds (``make_etc``): users and groups, name
+#: lookup, the dynamic linker's cache, alternatives' links, certificates, time zone, MIME
+#: and service tables, and the configuration toolchains keep there (the JDK's, Python's).
+#: Not a name of the host, no secret, no package or service configuration.
+ETC_NAMES = (
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "networks",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "pki",
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "locale.conf",
+    "mime.types",
+    "magic",
+    "inputrc",
+    "terminfo",
+    "os-release",
+    "mtab",
+    "java-*",
+    "python3*",
+    "fonts",
+    "gitconfig",
+)
 
-    Each is ``[hidden_dir, [needed paths under it]]``: inside the boundary the hidden
-    directory is covered by an empty tmpfs holding only the needed paths (the
-    interpreter in ``/root/.pyenv``, say), so the run's unprivileged uid reaches them
-    and nothing else of it.
-    """
-    found: dict[str, list[str]] = {}
-    for path in dict.fromkeys(os.path.abspath(p) for p in needed):
-        parts = Path(path).parts
-        for i in range(2, len(parts)):
-            ancestor = os.path.join(*parts[:i])
-            try:
-                mode = os.stat(ancestor).st_mode
-            except OSError:
-                break
-            if not mode & 0o001:
-                found.setdefault(ancestor, []).append(path)
-                break
-    return tuple((hidden, tuple(paths)) for hidden, paths in sorted(found.items()))
+
+def make_etc(base: str) -> str:
+    """A directory under ``base`` holding the `ETC_NAMES` of the host's /etc that others
+    may read (links kept as links): a run's /etc. Named as a scratch root, so a dead
+    aexec's is swept with them."""
+    out = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-etc-", dir=base)
+    os.chmod(out, 0o755)
+
+    def readable(directory: str, names: list[str]) -> set[str]:
+        skip = set()
+        for name in names:
+            st = os.lstat(os.path.join(directory, name))
+            if not stat.S_ISLNK(st.st_mode) and not st.st_mode & 0o004:
+                skip.add(name)
+        return skip
+
+    for pattern in ETC_NAMES:
+        for src in sorted(glob.glob(os.path.join("/etc", pattern))):
+            dst = os.path.join(out, os.path.basename(src))
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            elif os.path.isdir(src) and os.stat(src).st_mode & 0o005 == 0o005:
+                shutil.copytree(src, dst, symlinks=True, ignore=readable)
+            elif os.path.isfile(src) and os.stat(src).st_mode & 0o004:
+                shutil.copy2(src, dst)
+    return out
 
 
 def write_private(scratch: Scratch, name: str, text: str) -> str:

@@ -22,7 +22,7 @@ from .._boundary import DRIVER
 from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
 from .._boundary.isolation import Isolation, detect_isolation
 from .._boundary.leftovers import default_registry, register, sweep_cgroups, sweep_leftovers
-from .._boundary.scratch import SCRATCH_PREFIX
+from .._boundary.scratch import SCRATCH_PREFIX, make_etc
 from .._boundary.supervise import LocalSupervisor, Supervisor
 from .._log import get_logger
 from .._options import Options
@@ -57,6 +57,9 @@ class Observer:
         #: Warm fork servers, by what they serve (`server`).
         self._servers: dict[str, ForkServer] = {}
         self._bytecode_dir: str | None = None
+        #: The runs' cut /etc, one per scratch base (`etc_dir`).
+        self._etc_dirs: dict[str, str] = {}
+        self._etc_lock = threading.Lock()
         self._swept: set[str] = set()
 
     async def __aenter__(self) -> Observer:
@@ -74,6 +77,9 @@ class Observer:
             if self._bytecode_dir is not None:
                 await anyio.to_thread.run_sync(shutil.rmtree, self._bytecode_dir, True)
                 self._bytecode_dir = None
+            etc_dirs, self._etc_dirs = list(self._etc_dirs.values()), {}
+            for path in etc_dirs:
+                await anyio.to_thread.run_sync(shutil.rmtree, path, True)
 
     async def isolation(self, scratch_base: str) -> Isolation:
         """What the kernel allows, probed once; each new scratch base (and, at the probe,
@@ -108,6 +114,16 @@ class Observer:
                 prefix=f"{SCRATCH_PREFIX}{os.getpid()}-bytecode-", dir=scratch_base
             )
         return self._bytecode_dir
+
+    def etc_dir(self, scratch_base: str) -> str:
+        """The /etc of this observer's runs under ``scratch_base`` (`make_etc`), made on
+        first use (blocking: called in a worker thread); removed by `aclose`, or if the
+        process is killed, swept with its scratch roots by the next aexec."""
+        with self._etc_lock:
+            found = self._etc_dirs.get(scratch_base)
+            if found is None:
+                found = self._etc_dirs[scratch_base] = make_etc(scratch_base)
+            return found
 
     async def server(
         self, session: Session, tool: Toolchain, mode: str, env: Mapping[str, str]

@@ -13,7 +13,7 @@ import os
 import resource
 import signal
 import stat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..._wire import Box, Instructions
@@ -62,9 +62,9 @@ def _call(rc: int, what: str) -> None:
         raise BoxError(f"{what}: {os.strerror(err)}")
 
 
-def mount(source: str | None, target: str, fstype: str | None, flags: int) -> None:
-    enc = [None if x is None else os.fsencode(x) for x in (source, target, fstype)]
-    _call(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), None), f"mount {target}")
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = [None if x is None else os.fsencode(x) for x in (source, target, fstype, data)]
+    _call(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
 def prctl(option: int, arg: int) -> None:
@@ -97,98 +97,155 @@ def mounts() -> list[tuple[str, int]]:
     return found
 
 
+#: Where the new root is assembled before ``pivot_root``: a directory every Linux has,
+#: covered in this namespace only (what lies under it is reached through fds held
+#: before the cover).
+STAGE = "/dev"
+#: The view's /dev: these character devices (name, major, minor), mode 0666 …
+DEV_NODES = (
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+)
+#: … these links, and a fresh devpts instance (``/dev/pts``, ``/dev/ptmx``).
+DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+    ("ptmx", "pts/ptmx"),
+)
+#: pivot_root(2) by number (glibc has no wrapper); elsewhere the view is refused.
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(
+    os.uname().machine
+)
+
+
+def build_view(box: Box) -> None:
+    """In the new mount namespace: a new root holding only what the run needs.
+
+    A tmpfs becomes the root (``pivot_root``; the host's root is then detached whole):
+    read-only binds of ``box["readonly"]`` (the system directories and the toolchain's
+    prefixes, symlinks made as links), ``box["etc"]`` as /etc, a /dev of a few nodes, a
+    fresh /proc; the scratch root and the scratch tmp (over each tmp target) writable.
+    Nothing else of the host is there: not its home directories, not the original repo,
+    not another run's scratch root.
+    """
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    umask = os.umask(0)
+    held: list[int] = []
+    try:
+        _assemble(box, held)
+    finally:
+        for fd in held:
+            os.close(fd)
+        os.umask(umask)
+
+
+def _assemble(box: Box, held: list[int]) -> None:
+    def hold(path: str) -> int:
+        held.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+        return held[-1]
+
+    # (path in the view, what goes there, its source): resolved on the host first.
+    ops: list[tuple[str, str, Any]] = [("/proc", "proc", None), ("/dev", "dev", None)]
+    for path in box["readonly"]:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue  # not on this host (/lib32, say)
+        if stat.S_ISLNK(st.st_mode):
+            ops.append((path, "link", os.readlink(path)))
+        else:
+            ops.append((path, "ro", hold(path)))
+    ops += [(path, "hide", None) for path in box["hidden"]]
+    if box["etc"] is not None:
+        ops.append(("/etc", "ro", hold(box["etc"])))
+    tmp = hold(box["tmp"])
+    ops += [(target, "rw", tmp) for target in box["tmp_targets"]]
+    ops.append((box["scratch_root"], "rw", hold(box["scratch_root"])))
+    ops.sort(key=lambda op: op[0].split("/"))  # a parent before what is under it
+    mount("aexec-view", STAGE, "tmpfs", MS_NOSUID, "mode=0755,size=4m")
+    for path, what, source in ops:
+        where = STAGE + path
+        if what == "link":
+            os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
+            os.symlink(source, where)
+        elif what == "proc":  # of the new PID namespace: the host's processes are not there
+            os.mkdir(where, 0o755)
+            mount("proc", where, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        elif what == "dev":
+            _make_dev(where)
+        elif what == "hide":  # under a bound tree, where it exists: nothing is created
+            mount("aexec-hidden", where, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4k")
+        else:
+            # The mount point: made in the new root, or in the scratch tmp bound above it;
+            # a path under a bound host directory is there already (nothing of the host
+            # is ever created).
+            if stat.S_ISDIR(os.fstat(source).st_mode):
+                os.makedirs(where, mode=0o755, exist_ok=True)
+            elif not os.path.lexists(where):
+                os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
+                os.close(os.open(where, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+            mount(f"/proc/self/fd/{source}", where, None, MS_BIND | MS_REC)
+    if SYS_PIVOT_ROOT is None:
+        raise BoxError(f"pivot_root: unknown on {os.uname().machine}")
+    os.chdir(STAGE)
+    _call(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
+    # The host's root, stacked over the new one by pivot_root(".", "."), leaves whole.
+    _call(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
+    os.chdir("/")
+    writable = [path for path, what, _ in ops if what == "rw"]
+    seal(writable, box["scratch_root"])
+
+
+def _make_dev(where: str) -> None:
+    os.mkdir(where, 0o755)
+    for name, major, minor in DEV_NODES:
+        os.mknod(f"{where}/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    for name, target in DEV_LINKS:
+        os.symlink(target, f"{where}/{name}")
+    os.mkdir(f"{where}/pts", 0o755)
+    mount("devpts", f"{where}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+
+
+def _setattr(path: str, recursive: bool, set_: int, clear: int) -> bool:
+    """mount_setattr(2) on ``path``: False where the kernel has not got it."""
+    if _SYS_MOUNT_SETATTR is None:
+        return False
+    attr = _MountAttr(set_, clear, 0, 0)
+    rc = _libc.syscall(
+        ctypes.c_long(_SYS_MOUNT_SETATTR),
+        ctypes.c_int(AT_FDCWD),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.c_uint(AT_RECURSIVE if recursive else 0),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    if rc == 0:
+        return True
+    if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # EPERM: seccomp may deny it
+        _call(rc, f"mount_setattr {path}")
+    return False
+
+
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _bind(source: str, target: str, *, readonly: bool) -> None:
-    mount(source, target, None, MS_BIND | MS_REC)
-    extra = MS_RDONLY if readonly else 0
-    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_NOSUID | extra)
-
-
-def build_view(box: Box) -> None:
-    """In the new mount namespace: the whole host read-only, the scratch dirs writable."""
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # Other runs' scratch roots (siblings under the same base) must not be readable.
-    # Under a tmp target (the default: /tmp) the scratch tmp bound over it below covers
-    # them, whole; elsewhere they leave this view one by one (a detach costs an RCU
-    # grace period, and a busy machine has dozens of them).
-    own, siblings = box["scratch_root"], box["sibling_prefix"]
-    covered = any(_under(own, t) and os.path.isdir(t) for t in box["tmp_targets"])
-    for point, _ in [] if covered else mounts():
-        if point.startswith(siblings) and not _under(point, own):
-            _libc.umount2(os.fsencode(point), MNT_DETACH)  # fails only if already gone
-    # Held open: binding /tmp may cover these paths (the scratch root, an interpreter).
-    keep = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in box["keep"]}
-    tmp = os.open(box["tmp"], os.O_PATH | os.O_DIRECTORY)
-    # A /proc of the new PID namespace: the host's processes are not even visible.
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    # Directories others cannot traverse (e.g. /root holding the interpreter) are
-    # covered by a fresh tmpfs holding only what the candidate needs from them, bound
-    # back through fds opened before the cover (the scratch root may be among them).
-    for mask in box["masks"]:
-        hidden, needed = mask["hidden"], mask["paths"]
-        held = {path: os.open(path, os.O_PATH) for path in needed}
-        mount("aexec-mask", hidden, "tmpfs", MS_NOSUID | MS_NODEV)
-        os.chmod(hidden, 0o755)
-        for path, fd in sorted(held.items()):
-            if not any(_under(path, p) for p in needed if p != path):
-                if stat.S_ISDIR(os.fstat(fd).st_mode):
-                    os.makedirs(path, mode=0o755, exist_ok=True)
-                else:
-                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-                    open(path, "a").close()
-                mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-            os.close(fd)
-    readonly_everywhere()
-    for path in box["writable"]:
-        _bind(path, path, readonly=False)
-    for target in box["tmp_targets"]:
-        if os.path.isdir(target):
-            _bind(f"/proc/self/fd/{tmp}", target, readonly=False)
-    # What lives under /tmp on the host is covered now: put it back in place.
-    for path, fd in keep.items():
-        here = os.fstat(fd)
-        try:
-            seen = os.stat(path)
-            same = (seen.st_dev, seen.st_ino) == (here.st_dev, here.st_ino)
-        except OSError:
-            same = False
-        if not same:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-            if path != box["scratch_root"]:
-                mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
-        os.close(fd)
-    os.close(tmp)
-
-
-def readonly_everywhere() -> None:
-    """Every mount of this namespace read-only and nosuid, its other flags kept."""
-    if _SYS_MOUNT_SETATTR is not None:
-        # One call for the whole tree, atomic against mounts coming and going.
-        attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-        rc = _libc.syscall(
-            ctypes.c_long(_SYS_MOUNT_SETATTR),
-            ctypes.c_int(AT_FDCWD),
-            ctypes.c_char_p(b"/"),
-            ctypes.c_uint(AT_RECURSIVE),
-            ctypes.byref(attr),
-            ctypes.c_size_t(ctypes.sizeof(attr)),
-        )
-        if rc == 0:
-            return
-        if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # EPERM: seccomp may deny it
-            _call(rc, "mount_setattr / read-only")
+def seal(writable: list[str], scratch_root: str) -> None:
+    """Every mount of the view read-only and nosuid, its other flags kept, but the
+    ``writable`` mount points (and every mount under ``scratch_root``)."""
+    if _setattr("/", True, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0):
+        for path in writable:
+            _setattr(path, path == scratch_root, 0, MOUNT_ATTR_RDONLY)
+        return
     for point, flags in mounts():  # an older kernel: one remount per mount
-        try:
-            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
-        except BoxError:
-            # Gone since the list was read (another run's scratch root, removed on the
-            # host, leaves this namespace too) or hidden by a mask: unreachable anyway.
-            if os.path.exists(point) and any(p == point for p, _ in mounts()):
-                raise
+        rw = point in writable or _under(point, scratch_root)
+        mount(None, point, None, MS_REMOUNT | MS_BIND | MS_NOSUID | flags | (0 if rw else MS_RDONLY))
 
 
 def enter_cgroups(procs_files: list[str]) -> None:
