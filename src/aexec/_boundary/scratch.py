@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
 import os
 import secrets
 import shutil
@@ -116,14 +117,38 @@ ETC_NAMES = (
 )
 
 
+def _etc_sources() -> list[str]:
+    return [src for pattern in ETC_NAMES for src in sorted(glob.glob(os.path.join("/etc", pattern)))]
+
+
+def etc_stamp() -> str:
+    """What the cut /etc rests on: the names, sizes and mtimes of everything `ETC_NAMES`
+    selects, walked (a few hundred entries)."""
+    h = hashlib.sha256()
+    for src in _etc_sources():
+        for dirpath, dirnames, filenames in os.walk(src) if os.path.isdir(src) else [("", [], [src])]:
+            for name in sorted([*dirnames, *filenames]):
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                h.update(f"{path}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
 def make_etc(base: str) -> str:
-    """A directory under ``base`` holding the `ETC_NAMES` of the host's /etc that others
-    may read (links kept as links): a run's /etc. Named as a scratch root, so a dead
-    aexec's is swept with them."""
-    out = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-etc-", dir=base)
+    """``base/etc-<stamp>``: the `ETC_NAMES` of the host's /etc that others may read
+    (links kept as links), a run's /etc. Made once for every aexec on the host while /etc
+    is unchanged (atomically: built aside, then renamed into place); older ones pruned."""
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    final = os.path.join(base, f"etc-{etc_stamp()}")
+    if os.path.isdir(final):
+        return final
+    out = tempfile.mkdtemp(prefix=".etc-", dir=base)
     os.chmod(out, 0o755)
 
-    def readable(directory: str, names: list[str]) -> set[str]:
+    def unreadable(directory: str, names: list[str]) -> set[str]:
         skip = set()
         for name in names:
             st = os.lstat(os.path.join(directory, name))
@@ -131,16 +156,22 @@ def make_etc(base: str) -> str:
                 skip.add(name)
         return skip
 
-    for pattern in ETC_NAMES:
-        for src in sorted(glob.glob(os.path.join("/etc", pattern))):
-            dst = os.path.join(out, os.path.basename(src))
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), dst)
-            elif os.path.isdir(src) and os.stat(src).st_mode & 0o005 == 0o005:
-                shutil.copytree(src, dst, symlinks=True, ignore=readable)
-            elif os.path.isfile(src) and os.stat(src).st_mode & 0o004:
-                shutil.copy2(src, dst)
-    return out
+    for src in _etc_sources():
+        dst = os.path.join(out, os.path.basename(src))
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        elif os.path.isdir(src) and os.stat(src).st_mode & 0o005 == 0o005:
+            shutil.copytree(src, dst, symlinks=True, ignore=unreadable)
+        elif os.path.isfile(src) and os.stat(src).st_mode & 0o004:
+            shutil.copy2(src, dst)
+    try:
+        os.rename(out, final)
+    except OSError:  # another aexec made it first
+        shutil.rmtree(out, ignore_errors=True)
+    for name in os.listdir(base):
+        if name.startswith("etc-") and os.path.join(base, name) != final:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)  # /etc changed since
+    return final
 
 
 def write_private(scratch: Scratch, name: str, text: str) -> str:

@@ -57,8 +57,8 @@ class Observer:
         #: Warm fork servers, by what they serve (`server`).
         self._servers: dict[str, ForkServer] = {}
         self._bytecode_dir: str | None = None
-        #: The runs' cut /etc, one per scratch base (`etc_dir`).
-        self._etc_dirs: dict[str, str] = {}
+        #: The runs' cut /etc (`etc_dir`).
+        self._etc_dir: str | None = None
         self._etc_lock = threading.Lock()
         self._swept: set[str] = set()
 
@@ -77,9 +77,6 @@ class Observer:
             if self._bytecode_dir is not None:
                 await anyio.to_thread.run_sync(shutil.rmtree, self._bytecode_dir, True)
                 self._bytecode_dir = None
-            etc_dirs, self._etc_dirs = list(self._etc_dirs.values()), {}
-            for path in etc_dirs:
-                await anyio.to_thread.run_sync(shutil.rmtree, path, True)
 
     async def isolation(self, scratch_base: str) -> Isolation:
         """What the kernel allows, probed once; each new scratch base (and, at the probe,
@@ -115,15 +112,14 @@ class Observer:
             )
         return self._bytecode_dir
 
-    def etc_dir(self, scratch_base: str) -> str:
-        """The /etc of this observer's runs under ``scratch_base`` (`make_etc`), made on
-        first use (blocking: called in a worker thread); removed by `aclose`, or if the
-        process is killed, swept with its scratch roots by the next aexec."""
+    def etc_dir(self) -> str:
+        """The /etc of this observer's runs (`make_etc`, in the registry's directory:
+        shared by every aexec on the host while /etc is unchanged), looked up on first
+        use (blocking: called in a worker thread)."""
         with self._etc_lock:
-            found = self._etc_dirs.get(scratch_base)
-            if found is None:
-                found = self._etc_dirs[scratch_base] = make_etc(scratch_base)
-            return found
+            if self._etc_dir is None:
+                self._etc_dir = make_etc(os.path.join(self.options.registry or default_registry(), "view"))
+            return self._etc_dir
 
     async def server(
         self, session: Session, tool: Toolchain, mode: str, env: Mapping[str, str]

@@ -240,7 +240,7 @@ async def run_once(
                 box_facts = BoxFacts(
                     uid=uid,
                     supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
-                    etc=session.observer.etc_dir(session.scratch_base),
+                    etc=session.observer.etc_dir(),
                     repo=None if candidate.repo is None else os.path.realpath(candidate.repo),
                 )
             facts = RunFacts(

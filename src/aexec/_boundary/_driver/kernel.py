@@ -200,6 +200,16 @@ def _assemble(box: Box, held: list[int]) -> None:
     os.chdir("/")
     writable = [path for path, what, _ in ops if what == "rw"]
     seal(writable, box["scratch_root"])
+    # stdin (/dev/null, opened on the host's /dev) is the view's own /dev/null again:
+    # as a fresh Popen's would be, it names /dev/null.
+    try:
+        st = os.fstat(0)
+    except OSError:
+        return
+    if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
+        fd = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(fd, 0)
+        os.close(fd)
 
 
 def _make_dev(where: str) -> None:
