@@ -228,6 +228,7 @@ def be_init(spec: Instructions) -> None:
             run_candidate(spec)
         except kernel.BoxError as e:
             box_failed(e)
+    kernel.release_host()
     while True:
         try:
             reaped, status, rusage = os.wait4(-1, 0)

@@ -32,12 +32,13 @@ from .trees import copy_ignore
 log = get_logger(__name__)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_MS_REMOUNT, _MNT_DETACH = 0x20, 0x2
+_MS_REMOUNT, _MNT_DETACH, _MS_NOSUID, _MS_NODEV = 0x20, 0x2, 0x2, 0x4
 SCRATCH_PREFIX = "aexec-"
 
 
 def _mount_tmpfs(target: str, options: str, remount: bool = False) -> None:
-    flags = _MS_REMOUNT if remount else 0
+    # nosuid, nodev: what the view binds of it keeps them
+    flags = (_MS_REMOUNT if remount else 0) | _MS_NOSUID | _MS_NODEV
     rc = _libc.mount(b"aexec", os.fsencode(target), b"tmpfs", ctypes.c_ulong(flags), options.encode())
     if rc != 0:
         err = ctypes.get_errno()

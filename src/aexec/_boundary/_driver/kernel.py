@@ -118,6 +118,10 @@ DEV_LINKS = (
     ("stderr", "/proc/self/fd/2"),
     ("ptmx", "pts/ptmx"),
 )
+#: Where pivot_root puts the host's root in the view until it is detached: under a
+#: directory of mode 000, which only root may traverse.
+HOST = "/.aexec-host/root"
+_host_attached = False
 #: pivot_root(2) by number (glibc has no wrapper); elsewhere the view is refused.
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(
     os.uname().machine
@@ -127,7 +131,8 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "
 def build_view(box: Box) -> None:
     """In the new mount namespace: a new root holding only what the run needs.
 
-    A tmpfs becomes the root (``pivot_root``; the host's root is then detached whole):
+    A tmpfs becomes the root (``pivot_root``; the host's root, out of reach, is then
+    detached whole by `release_host`):
     read-only binds of ``box["readonly"]`` (the system directories and the toolchain's
     prefixes, symlinks made as links), ``box["etc"]`` as /etc, a /dev of a few nodes, a
     fresh /proc; the scratch root and the scratch tmp (over each tmp target) writable.
@@ -164,42 +169,42 @@ def _assemble(box: Box, held: list[int]) -> None:
     ops += [(path, "hide", None) for path in box["hidden"]]
     if box["etc"] is not None:
         ops.append(("/etc", "ro", hold(box["etc"])))
-    tmp = hold(box["tmp"])
-    ops += [(target, "rw", tmp) for target in box["tmp_targets"]]
-    ops.append((box["scratch_root"], "rw", hold(box["scratch_root"])))
+    # The scratch tmp is bound over the first tmp target; the others are links to it.
+    writable = [(box["scratch_root"], hold(box["scratch_root"]))]
+    if box["tmp_targets"]:
+        first, *others = box["tmp_targets"]
+        ops += [(target, "link", first) for target in others]
+        writable.append((first, hold(box["tmp"])))
+    ops += [(path, "rw", fd) for path, fd in writable]
     ops.sort(key=lambda op: op[0].split("/"))  # a parent before what is under it
+    # Read-only first, sealed at once (one mount_setattr); then the writable binds, and
+    # what lies under them (a venv under /tmp) read-only one by one.
+    late = [op for op in ops if any(_under(op[0], path) for path, _ in writable)]
     mount("aexec-view", STAGE, "tmpfs", MS_NOSUID, "mode=0755,size=4m")
     for path, what, source in ops:
-        where = STAGE + path
-        if what == "link":
-            os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
-            os.symlink(source, where)
-        elif what == "proc":  # of the new PID namespace: the host's processes are not there
-            os.mkdir(where, 0o755)
-            mount("proc", where, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        elif what == "dev":
-            _make_dev(where)
-        elif what == "hide":  # under a bound tree, where it exists: nothing is created
-            mount("aexec-hidden", where, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4k")
-        else:
-            # The mount point: made in the new root, or in the scratch tmp bound above it;
-            # a path under a bound host directory is there already (nothing of the host
-            # is ever created).
-            if stat.S_ISDIR(os.fstat(source).st_mode):
-                os.makedirs(where, mode=0o755, exist_ok=True)
-            elif not os.path.lexists(where):
-                os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
-                os.close(os.open(where, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
-            mount(f"/proc/self/fd/{source}", where, None, MS_BIND | MS_REC)
+        if (path, what, source) in late:
+            if not any(_under(path, p) and p != path for p, _ in writable):
+                os.makedirs(STAGE + path, mode=0o755, exist_ok=True)  # its mount point
+            continue
+        _place(STAGE + path, what, source)
+    os.mkdir(STAGE + os.path.dirname(HOST), 0)  # only root may traverse it
+    os.mkdir(STAGE + HOST, 0)
+    readonly(STAGE)
+    for path, what, source in late:
+        _place(STAGE + path, what, source)
+        if what == "ro":
+            mount(None, STAGE + path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     if SYS_PIVOT_ROOT is None:
         raise BoxError(f"pivot_root: unknown on {os.uname().machine}")
     os.chdir(STAGE)
-    _call(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
-    # The host's root, stacked over the new one by pivot_root(".", "."), leaves whole.
-    _call(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
+    _call(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", os.fsencode(HOST[1:])), "pivot_root")
     os.chdir("/")
-    writable = [path for path, what, _ in ops if what == "rw"]
-    seal(writable, box["scratch_root"])
+    # The host's root, now at HOST (out of the candidate's reach: its parent is mode
+    # 000), is detached whole by the init once the candidate is forked (`release_host`):
+    # a detach waits out an RCU grace period (milliseconds on a busy machine), which
+    # need not delay the run.
+    global _host_attached
+    _host_attached = True
     # stdin (/dev/null, opened on the host's /dev) is the view's own /dev/null again:
     # as a fresh Popen's would be, it names /dev/null.
     try:
@@ -210,6 +215,30 @@ def _assemble(box: Box, held: list[int]) -> None:
         fd = os.open("/dev/null", os.O_RDONLY)
         os.dup2(fd, 0)
         os.close(fd)
+
+
+def _place(where: str, what: str, source: Any) -> None:
+    """Put one thing of the view at ``where`` (under the stage)."""
+    if what == "link":
+        os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
+        os.symlink(source, where)
+    elif what == "proc":  # of the new PID namespace: the host's processes are not there
+        os.mkdir(where, 0o755)
+        mount("proc", where, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    elif what == "dev":
+        _make_dev(where)
+    elif what == "hide":  # under a bound tree, where it exists: nothing is created
+        mount("aexec-hidden", where, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4k")
+    else:
+        # The mount point: made in the new root, or in the scratch tmp bound above it; a
+        # path under a bound host directory is there already (nothing of the host is
+        # ever created).
+        if stat.S_ISDIR(os.fstat(source).st_mode):
+            os.makedirs(where, mode=0o755, exist_ok=True)
+        elif not os.path.lexists(where):
+            os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
+            os.close(os.open(where, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+        mount(f"/proc/self/fd/{source}", where, None, MS_BIND | MS_REC)
 
 
 def _make_dev(where: str) -> None:
@@ -246,16 +275,22 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def seal(writable: list[str], scratch_root: str) -> None:
-    """Every mount of the view read-only and nosuid, its other flags kept, but the
-    ``writable`` mount points (and every mount under ``scratch_root``)."""
-    if _setattr("/", True, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0):
-        for path in writable:
-            _setattr(path, path == scratch_root, 0, MOUNT_ATTR_RDONLY)
+def readonly(root: str) -> None:
+    """Every mount under ``root`` read-only and nosuid, its other flags kept."""
+    if _setattr(root, True, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0):
         return
     for point, flags in mounts():  # an older kernel: one remount per mount
-        rw = point in writable or _under(point, scratch_root)
-        mount(None, point, None, MS_REMOUNT | MS_BIND | MS_NOSUID | flags | (0 if rw else MS_RDONLY))
+        if _under(point, root):
+            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
+
+
+def release_host() -> None:
+    """In the init, once the candidate is forked: detach the host's root from the view,
+    whole (until then it is out of the candidate's reach)."""
+    global _host_attached
+    if _host_attached:
+        _call(_libc.umount2(os.fsencode(HOST), MNT_DETACH), "detach the host's root")
+        _host_attached = False
 
 
 def enter_cgroups(procs_files: list[str]) -> None:
