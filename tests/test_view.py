@@ -242,3 +242,21 @@ async def test_the_view_holds_the_system_the_toolchain_and_the_scratch_root_only
     assert seen["/var"] == ["tmp"]
     assert "filesystem" in obs.environment.enforced
     assert "own root" in obs.environment.enforced["filesystem"]
+
+
+@full_boundary
+async def test_a_path_the_options_declare_is_bound_read_only_and_only_then(gold: tuple[Path, str]) -> None:
+    path, marker = gold
+    path.chmod(0o666)  # writable by anyone: only the read-only bind stops the write
+    code = f"import os; print(open({str(path)!r}).read().strip()); open({str(path)!r}, 'a')"
+    declared = Options(readonly=(str(path.parent),))
+    obs = await observe(Candidate("run_entry", "snippet", code=code), options=declared)
+    assert marker in obs.stdout
+    assert obs.failure is not None and "Read-only file system" in obs.failure.message
+    assert str(path.parent) in obs.environment.enforced["filesystem"]
+    assert Options.from_env({"AEXEC_READONLY_PATHS": f"{path.parent}:/x"}).readonly == (
+        str(path.parent),
+        "/x",
+    )
+    obs = await observe(Candidate("run_entry", "snippet", code=code))
+    assert obs.failure is not None and "No such file or directory" in obs.failure.message

@@ -27,6 +27,12 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
 
 
+def _paths(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [p for p in value.split(os.pathsep) if p]
+    return tuple(os.path.abspath(str(p)) for p in value)  # type: ignore[attr-defined]
+
+
 def _mechanisms(instance: object, attribute: attrs.Attribute[frozenset[str]], value: frozenset[str]) -> None:
     unknown = sorted(set(value) - set(MECHANISMS))
     if unknown:
@@ -62,19 +68,23 @@ class Options:
     #: Use namespaces / cgroups where the kernel allows (False: to test the fallbacks).
     namespaces: bool = True
     cgroups: bool = True
+    #: Host paths every run's view also binds read-only (a dataset its tests read, a
+    #: shared cache), beside the system directories and the toolchain; none by default.
+    readonly: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     #: Mechanisms removed for an ablation (see `MECHANISMS`); empty in real use.
     ablate: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_mechanisms)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Options:
         """Options from ``AEXEC_NO_FORKSERVER``, ``AEXEC_NO_BYTECODE``,
-        ``AEXEC_NO_NAMESPACES`` and ``AEXEC_NO_CGROUPS`` (each off when ``=1``), then
-        ``overrides``. Only the CLI (or a caller who wants it) reads the environment."""
+        ``AEXEC_NO_NAMESPACES`` and ``AEXEC_NO_CGROUPS`` (each off when ``=1``),
+        ``AEXEC_READONLY_PATHS`` (``os.pathsep``-separated), then ``overrides``. Only the CLI (or a caller who wants it) reads the environment."""
         env = os.environ if environ is None else environ
         fields: dict[str, object] = {
             "forkserver": env.get("AEXEC_NO_FORKSERVER") != "1",
             "bytecode": env.get("AEXEC_NO_BYTECODE") != "1",
             "namespaces": env.get("AEXEC_NO_NAMESPACES") != "1",
             "cgroups": env.get("AEXEC_NO_CGROUPS") != "1",
+            "readonly": env.get("AEXEC_READONLY_PATHS", ""),
         }
         return cls(**{**fields, **overrides})  # type: ignore[arg-type]

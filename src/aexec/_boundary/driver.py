@@ -16,9 +16,10 @@ available) a run is three processes::
 
     outer   joins the run's cgroups, dies with aexec (PR_SET_PDEATHSIG), unshares
             PID + network + mount namespaces, and waits for:
-    init    pid 1 of the new namespaces: builds the filesystem view (everything
-            read-only but the scratch dirs, /tmp bound to the scratch tmp, a fresh
-            /proc), then forks and reaps:
+    init    pid 1 of the new namespaces: builds the filesystem view (a new root of
+            what the run needs: system dirs, toolchain, a cut /etc, a few /dev nodes,
+            a fresh /proc, the scratch root writable and its tmp at /tmp), then forks,
+            detaches the host's root, and reaps:
     child   the candidate: drops to the run's own unprivileged uid, no_new_privs,
             kernel rlimits; then runs the snippet, command, or pytest.
 

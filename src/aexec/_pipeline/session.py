@@ -146,16 +146,17 @@ class Session:
         self._environments: dict[str, tuple[Environment, Any]] = {}
 
     def _enforced(self, tool: Toolchain, lang: LangToolchain | None) -> dict[str, str]:
-        """The isolation's record, with the toolchain prefixes a view of ``tool`` (and
-        ``lang``) binds read-only beyond the system directories."""
+        """The isolation's record, with what a view of ``tool`` (and ``lang``) binds
+        read-only beyond the system directories: the toolchain's prefixes and the paths
+        `Options.readonly` declares."""
         enforced = self.isolation.enforced
         if self.isolation.namespaces:
-            paths = tool.paths if lang is None else (*tool.paths, *lang.paths)
+            paths = (*tool.paths, *(lang.paths if lang else ()), *self.options.readonly)
             bound, _ = view_readonly(paths, tool.path)
             extra = [p for p in bound if p not in SYSTEM_PATHS]
             enforced = {
                 **enforced,
-                "filesystem": f"{enforced['filesystem']}; toolchain read-only: {', '.join(extra) or 'none'}",
+                "filesystem": f"{enforced['filesystem']}; also read-only (toolchain, declared): {', '.join(extra) or 'none'}",
             }
         return enforced
 
