@@ -117,7 +117,8 @@ class Observer:
         shared by every aexec on the host while /etc is unchanged), looked up on first
         use (blocking: called in a worker thread)."""
         with self._etc_lock:
-            if self._etc_dir is None:
+            # pruned by another aexec once /etc changed: made afresh
+            if self._etc_dir is None or not os.path.isdir(self._etc_dir):
                 self._etc_dir = make_etc(os.path.join(self.options.registry or default_registry(), "view"))
             return self._etc_dir
 
