@@ -181,10 +181,12 @@ def _assemble(box: Box, held: list[int]) -> None:
     # what lies under them (a venv under /tmp) read-only one by one.
     late = [op for op in ops if any(_under(op[0], path) for path, _ in writable)]
     mount("aexec-view", STAGE, "tmpfs", MS_NOSUID, "mode=0755,size=4m")
+    _made.clear()
+    _made.add(STAGE)
     for path, what, source in ops:
         if (path, what, source) in late:
             if not any(_under(path, p) and p != path for p, _ in writable):
-                os.makedirs(STAGE + path, mode=0o755, exist_ok=True)  # its mount point
+                _mkdirs(STAGE + path)  # its mount point
             continue
         _place(STAGE + path, what, source)
     os.mkdir(STAGE + os.path.dirname(HOST), 0)  # only root may traverse it
@@ -217,13 +219,27 @@ def _assemble(box: Box, held: list[int]) -> None:
         os.close(fd)
 
 
+#: Directories known to exist while a view is assembled (os.makedirs on an existing
+#: path raises and catches an exception per level: most of a view's Python time).
+_made: set[str] = set()
+
+
+def _mkdirs(path: str) -> None:
+    if path not in _made:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        while path not in _made and path != "/":
+            _made.add(path)
+            path = os.path.dirname(path)
+
+
 def _place(where: str, what: str, source: Any) -> None:
     """Put one thing of the view at ``where`` (under the stage)."""
     if what == "link":
-        os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
+        _mkdirs(os.path.dirname(where))
         os.symlink(source, where)
     elif what == "proc":  # of the new PID namespace: the host's processes are not there
         os.mkdir(where, 0o755)
+        _made.add(where)
         mount("proc", where, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     elif what == "dev":
         _make_dev(where)
@@ -234,15 +250,16 @@ def _place(where: str, what: str, source: Any) -> None:
         # path under a bound host directory is there already (nothing of the host is
         # ever created).
         if stat.S_ISDIR(os.fstat(source).st_mode):
-            os.makedirs(where, mode=0o755, exist_ok=True)
+            _mkdirs(where)
         elif not os.path.lexists(where):
-            os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
+            _mkdirs(os.path.dirname(where))
             os.close(os.open(where, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
         mount(f"/proc/self/fd/{source}", where, None, MS_BIND | MS_REC)
 
 
 def _make_dev(where: str) -> None:
     os.mkdir(where, 0o755)
+    _made.add(where)
     for name, major, minor in DEV_NODES:
         os.mknod(f"{where}/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
     for name, target in DEV_LINKS:
