@@ -24,6 +24,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+import aexec
 from aexec import Candidate, Options, observe, observe_many
 from aexec._boundary.isolation import detect_isolation
 
@@ -173,7 +174,10 @@ async def test_a_test_file_in_a_suite_finds_neither_the_original_repo_its_future
     (repo / "test_attack.py").write_text(test)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "the candidate's test")
-    obs = await observe(Candidate("run_suite", "test_subset", repo=str(repo), tests=["test_attack.py"]))
+    # An observer of its own: its bytecode store (under this TMPDIR) leaves with it.
+    async with aexec.observer() as own:
+        suite = Candidate("run_suite", "test_subset", repo=str(repo), tests=["test_attack.py"])
+        obs = await observe(suite, observer=own)
     assert obs.verdict == "pass", (obs.failure, obs.stdout[-2000:])
 
 
