@@ -53,7 +53,7 @@ time bucket, aexec's RSS (sampled), and fds / mounts / cgroups / processes befor
 after. ``--boundary-cost N``: N trivial snippets through aexec with the whole boundary,
 without cgroups, without namespaces, and without either (``Options``), each with its
 rate and the CPU the whole machine spent per snippet (``/proc/stat``): what the
-boundary costs, and the floor of aexec's per-run path without it. ``--diagnose``: micro-timings of the per-run steps (scratch, view, masks, seal,
+boundary costs, and the floor of aexec's per-run path without it. ``--diagnose``: micro-timings of the per-run steps (scratch, view, the view's read-only list, seal,
 snapshot, cgroup create/remove) and a py-spy profile of this process, when py-spy is in
 the peers venv. (Over 400 lines on purpose: one self-contained command, its peer workers
 included, so that the comparison is one file to read and run.) Peer harnesses run in a subprocess under the peers venv
@@ -754,7 +754,7 @@ def run_diagnose() -> dict:
     from aexec._boundary.cgroups import Caps
     from aexec._boundary.isolation import detect_isolation
     from aexec._boundary.trees import snapshot
-    from aexec._stages.plan import needed_paths
+    from aexec._stages.plan import view_readonly
 
     iso = detect_isolation(namespaces=True, cgroups=True)
     box = iso.namespaces
@@ -770,7 +770,9 @@ def run_diagnose() -> dict:
     s = sc.make_scratch(box, base)
     sc.make_view(s, None, None)
     try:
-        out["masks(needed_paths)"] = micro(lambda: sc.masks(needed_paths(s, (sys.prefix,))), 100)
+        out["view_readonly(toolchain)"] = micro(
+            lambda: view_readonly((sys.prefix, *sys.path), sys.executable, scratch_root=s.root), 100
+        )
         out["snapshot(scratch root)"] = micro(lambda: snapshot(s.root), 200)
     finally:
         sc.remove_scratch(s)

@@ -14,6 +14,7 @@ from aexec import Policy
 from aexec._records import Environment
 from aexec._stages.plan import (
     PYTEST_ARGS,
+    SYSTEM_PATHS,
     TMP_TARGETS,
     BoxFacts,
     Plan,
@@ -21,9 +22,9 @@ from aexec._stages.plan import (
     Scratch,
     candidate_env,
     modules,
-    needed_paths,
     plan,
     selection,
+    view_readonly,
 )
 from aexec._stages.policy import FILE_SIZE_CAP_BYTES, declare, limits
 from aexec._types import CPU_BACKSTOP_MARGIN_S, DEFAULT_DISK_MIB, DEFAULT_OPEN_FILES, DEFAULT_PIDS
@@ -72,13 +73,8 @@ def facts(
     )
 
 
-def box_facts(masks: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> BoxFacts:
-    return BoxFacts(
-        uid=(1 << 20) + 7,
-        supervisor_pids=(100, 200),
-        sibling_prefix="/nonexistent/scratch/aexec-",
-        masks=masks,
-    )
+def box_facts(repo: str | None = None) -> BoxFacts:
+    return BoxFacts(uid=(1 << 20) + 7, supervisor_pids=(100, 200), etc="/nonexistent/etc", repo=repo)
 
 
 def test_without_a_box_there_is_no_box_and_no_process_limit() -> None:
@@ -101,50 +97,42 @@ def test_a_command_keeps_its_argv() -> None:
 
 
 def test_with_a_box_the_boundary_is_planned_from_the_facts() -> None:
-    masks = (("/root", ("/root/.pyenv/versions/3.11/bin", "/root/.pyenv/versions/3.11/lib")),)
     env = environment()
-    p = plan(facts(box=box_facts(masks)), env)
+    p = plan(facts(box=box_facts()), env)
     box = p.instructions["box"]
     assert box is not None
     assert box["uid"] == box["gid"] == (1 << 20) + 7
     assert box["supervisor_pids"] == [100, 200]
     assert box["scratch_root"] == ROOT
-    assert box["sibling_prefix"] == "/nonexistent/scratch/aexec-"
-    assert box["writable"] == [WORK, f"{ROOT}/home", f"{ROOT}/tmp", f"{ROOT}/.aexec/report.jsonl"]
-    assert not any(w == f"{ROOT}/.aexec" for w in box["writable"]), (
-        "the private dir (spec, snippet) is read-only"
-    )
+    assert box["etc"] == "/nonexistent/etc"
     assert box["tmp"] == f"{ROOT}/tmp"
     assert box["tmp_targets"] == list(TMP_TARGETS) == ["/tmp", "/var/tmp", "/dev/shm"]
-    assert box["masks"] == [
-        {"hidden": "/root", "paths": ["/root/.pyenv/versions/3.11/bin", "/root/.pyenv/versions/3.11/lib"]}
-    ]
-    assert box["keep"] == [], "nothing lives under a tmp target"
+    assert box["hidden"] == []
+    # the system directories and the toolchain's own tree, nothing else of the host
+    assert box["readonly"] == sorted([*SYSTEM_PATHS, "/nonexistent/venv"])
     assert p.instructions["rlimits"]["RLIMIT_NPROC"] == limits(env).processes == DEFAULT_PIDS
 
 
-def test_toolchain_paths_and_a_scratch_root_under_tmp_are_kept_in_place() -> None:
+def test_the_view_binds_each_tree_once_and_never_the_repo_or_what_holds_it() -> None:
     toolchain = (
         "/tmp/venv",
-        "/tmp/venv/lib/python3.11/site-packages",  # inside a kept path: bound with it
-        "/usr/lib/python3.11",  # not under a tmp target: nothing to keep
+        "/tmp/venv/lib/python3.11/site-packages",  # inside a bound path: bound with it
+        "/usr/lib/python3.11",  # under /usr
         "/tmpfoo/bin",  # a prefix of the name, not a path under /tmp
-        "/dev/shm/py",
-        "/var/tmp/x/y",
+        "/srv",  # holds the repo: left out
+        "/srv/repo/src",  # an editable install of the repo: left out
+        "/srv/repo/.venv",  # the interpreter's venv inside the repo: kept
+        "/scratch",  # holds the scratch root (and other runs'): left out
+        "/",
     )
-    f = facts(root="/tmp/aexec-9-xyz", box=box_facts(), toolchain_paths=toolchain)
-    box = plan(f, environment()).instructions["box"]
-    assert box is not None
-    assert box["keep"] == ["/tmp/aexec-9-xyz", "/tmp/venv", "/dev/shm/py", "/var/tmp/x/y"]
-    # and what a tmp target already covers needs no mask
-    assert needed_paths(f.scratch, toolchain) == ["/usr/lib/python3.11", "/tmpfoo/bin"]
-    assert needed_paths(Scratch(ROOT), ()) == [ROOT]
-
-
-def test_a_scratch_root_inside_a_kept_toolchain_path_is_not_kept_twice() -> None:
-    f = facts(root="/tmp/base/aexec-1-a", box=box_facts(), toolchain_paths=("/tmp/base",))
-    box = plan(f, environment()).instructions["box"]
-    assert box is not None and box["keep"] == ["/tmp/base"]
+    bound, hidden = view_readonly(
+        toolchain, "/srv/repo/.venv/bin/python", repo="/srv/repo", scratch_root="/scratch/aexec-1-a"
+    )
+    assert bound == sorted([*SYSTEM_PATHS, "/tmp/venv", "/tmpfoo/bin", "/srv/repo/.venv"])
+    assert hidden == []
+    # a repo inside a bound tree is covered there
+    bound, hidden = view_readonly((), "/usr/bin/python3", repo="/usr/src/repo")
+    assert "/usr" in bound and hidden == ["/usr/src/repo"]
 
 
 @pytest.mark.parametrize(

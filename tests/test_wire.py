@@ -235,8 +235,8 @@ def run_driver(driver: str, tmp_path: Path, box: dict[str, Any] | None) -> tuple
 def a_box(tmp_path: Path) -> dict[str, Any]:
     # supervisor_pids names no process: the driver must refuse to build it, with BOX_FAILED
     return {"supervisor_pids": [], "uid": 65534, "gid": 65534, "scratch_root": str(tmp_path),
-            "sibling_prefix": str(tmp_path / "none-"), "writable": [], "tmp": str(tmp_path),
-            "tmp_targets": [], "masks": [], "keep": [], "seccomp": True}  # fmt: skip
+            "readonly": [], "hidden": [], "etc": None, "tmp": str(tmp_path),
+            "tmp_targets": [], "seccomp": True}  # fmt: skip
 
 
 def observed_caps(driver: str, tmp_path: Path) -> tuple[int, int, int]:
@@ -271,8 +271,8 @@ def test_the_driver_applies_the_wires_caps(tmp_path: Path) -> None:
 def test_plans_instructions_survive_json_and_have_exactly_the_typed_keys() -> None:
     env = declare("test_execution", Policy(), toolchain="python", toolchain_version="3",
                   enforced={}, repo_view="copy", max_cores=2)  # fmt: skip
-    for box in (None, BoxFacts(uid=1 << 20, supervisor_pids=(10, 11), sibling_prefix="/tmp/aexec-",
-                               masks=(("/root", ("/root/.venv/bin", "/root/py")),))):  # fmt: skip
+    for box in (None, BoxFacts(uid=1 << 20, supervisor_pids=(10, 11), etc="/tmp/aexec-1-etc",
+                               repo="/srv/repo")):  # fmt: skip
         facts = RunFacts(
             runner="pytest",
             scratch=Scratch("/tmp/aexec-1-abc"),

@@ -32,6 +32,12 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
 
 
+def _paths(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [p for p in value.split(os.pathsep) if p]
+    return tuple(os.path.abspath(str(p)) for p in value)  # type: ignore[attr-defined]
+
+
 def _mechanisms(instance: object, attribute: attrs.Attribute[frozenset[str]], value: frozenset[str]) -> None:
     unknown = sorted(set(value) - set(MECHANISMS))
     if unknown:
@@ -67,6 +73,9 @@ class Options:
     #: Use namespaces / cgroups where the kernel allows (False: to test the fallbacks).
     namespaces: bool = True
     cgroups: bool = True
+    #: Host paths every run's view also binds read-only (a dataset its tests read, a
+    #: shared cache), beside the system directories and the toolchain; none by default.
+    readonly: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     #: Mechanisms removed for an ablation (see `MECHANISMS`); empty in real use.
     ablate: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_mechanisms)
     #: The probe step's model client (an OpenAI-compatible API root, ``https://host/v1``,
@@ -81,8 +90,9 @@ class Options:
         """Options from ``AEXEC_NO_FORKSERVER``, ``AEXEC_NO_BYTECODE``,
         ``AEXEC_NO_NAMESPACES`` and ``AEXEC_NO_CGROUPS`` (each off when ``=1``),
         ``AEXEC_PROBE_BASE_URL``, ``AEXEC_PROBE_MODEL`` and ``AEXEC_PROBE_API_KEY`` (unset
-        or blank: None), then ``overrides``. The one reader of aexec's environment
-        variables: only the CLI (or a caller who wants it) calls it."""
+        or blank: None), ``AEXEC_READONLY_PATHS`` (``os.pathsep``-separated), then
+        ``overrides``. The one reader of aexec's environment variables: only the CLI (or a
+        caller who wants it) calls it."""
         env = os.environ if environ is None else environ
         fields: dict[str, object] = {
             "forkserver": env.get("AEXEC_NO_FORKSERVER") != "1",
@@ -92,5 +102,6 @@ class Options:
             "probe_base_url": env.get(ENV_PROBE_BASE_URL, "").strip() or None,
             "probe_model": env.get(ENV_PROBE_MODEL, "").strip() or None,
             "probe_api_key": env.get(ENV_PROBE_API_KEY) or None,
+            "readonly": env.get("AEXEC_READONLY_PATHS", ""),
         }
         return cls(**{**fields, **overrides})  # type: ignore[arg-type]

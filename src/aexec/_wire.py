@@ -37,33 +37,29 @@ STEP_EVIDENCE_CAP = 1024 * 1024
 CUT_MARKER = "\n[aexec: {dropped} characters not kept]\n"
 
 
-class Mask(TypedDict):
-    """A directory others cannot traverse, covered by a tmpfs holding only ``paths`` under it."""
-
-    hidden: str
-    paths: list[str]
-
-
 class Box(TypedDict):
-    """The kernel boundary the driver builds (root, namespaces available)."""
+    """The kernel boundary the driver builds (root, namespaces available).
+
+    The run's filesystem is a new root holding only what is listed here (see
+    ``aexec._boundary._driver.kernel.build_view``); nothing else of the host is in it.
+    """
 
     #: The driver's parent must be one of these (aexec, or its fork server).
     supervisor_pids: list[int]
     uid: int
     gid: int
+    #: Bound writable at its own path (the run's ``work``, ``home``, ``tmp``, report).
     scratch_root: str
-    #: Other runs' scratch roots start with this: detached from the view.
-    sibling_prefix: str
-    #: Bound read-write; everything else is read-only.
-    writable: list[str]
-    #: The scratch tmp, bound over each of ``tmp_targets``.
+    #: Host paths bound read-only at their own path (a symlink is made as that link):
+    #: the system directories and the toolchain's prefixes. Absent ones are skipped.
+    readonly: list[str]
+    #: Paths under a ``readonly`` tree covered by an empty read-only tmpfs (the original repo).
+    hidden: list[str]
+    #: A directory bound read-only as /etc: the host's, cut to what programs read.
+    etc: str | None
+    #: The scratch tmp, bound writable over each of ``tmp_targets``.
     tmp: str
     tmp_targets: list[str]
-    #: Hidden directories and the paths under them the run needs (JSON objects, not
-    #: pairs: a tuple would come back from JSON as a list).
-    masks: list[Mask]
-    #: Paths under a tmp target that must stay visible (bound back in place).
-    keep: list[str]
     #: Install the syscall filter (``_driver/seccomp.py``) in the candidate.
     seccomp: bool
 

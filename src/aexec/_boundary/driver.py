@@ -17,9 +17,10 @@ available) a run is three processes::
 
     outer   joins the run's cgroups, dies with aexec (PR_SET_PDEATHSIG), unshares
             PID + network + mount + IPC + UTS namespaces, and waits for:
-    init    pid 1 of the new namespaces: names the host "aexec", builds the filesystem view (everything
-            read-only but the scratch dirs, /tmp bound to the scratch tmp, a fresh
-            /proc), then forks and reaps:
+    init    pid 1 of the new namespaces: names the host "aexec", builds the filesystem
+            view (a new root of what the run needs: system dirs, toolchain, a cut /etc,
+            a few /dev nodes, a fresh /proc, the scratch root writable and its tmp at
+            /tmp), then forks, detaches the host's root, and reaps:
     child   the candidate: drops to the run's own unprivileged uid, no_new_privs,
             the syscall filter, kernel rlimits; then runs the snippet, command, or pytest.
 
@@ -65,13 +66,14 @@ def _part(name: str, **given: Any) -> Any:
 if TYPE_CHECKING:
     from .. import _wire as wire
     from .._wire import Instructions
-    from ._driver import kernel, pyc, reporting, runners, seccomp, serve
+    from ._driver import kernel, pyc, reporter, reporting, runners, seccomp, serve
 else:
     wire = _load(os.path.join(os.path.dirname(_HERE), "_wire.py"), "_aexec_wire")
     reporting = _part("reporting", wire=wire)
     kernel = _part("kernel")
     seccomp = _part("seccomp", kernel=kernel)
-    runners = _part("runners", wire=wire, reporting=reporting)
+    reporter = _part("reporter", wire=wire, reporting=reporting)
+    runners = _part("runners", wire=wire, reporting=reporting, reporter=reporter)
     serve = _part("serve", wire=wire, kernel=kernel, runners=runners)
     pyc = _part("pyc")
 
@@ -233,6 +235,7 @@ def be_init(spec: Instructions) -> None:
             run_candidate(spec)
         except kernel.BoxError as e:
             box_failed(e)
+    kernel.release_host()
     while True:
         try:
             reaped, status, rusage = os.wait4(-1, 0)

@@ -1,9 +1,10 @@
 """Which kernel mechanisms the boundary can use here, probed once per `Observer`.
 
 * **namespaces** (root): the driver unshares PID, network, mount, IPC and UTS
-  namespaces, makes the host read-only but the scratch dirs, and drops the candidate
-  to a fresh unprivileged uid, under a seccomp syscall filter where the machine can
-  load it (``_driver/seccomp.py``; probed here by loading it). Killing the namespace's init kills everything in it, and the
+  namespaces, builds a new root holding only what the run needs (the system
+  directories, the toolchain, the scratch root), and drops the candidate to a fresh
+  unprivileged uid, under a seccomp syscall filter where the machine can load it
+  (``_driver/seccomp.py``; probed here by loading it). Killing the namespace's init kills everything in it, and the
   driver dies with aexec (``PR_SET_PDEATHSIG``).
 * **cgroups** (root, a writable cgroup tree): a cgroup per run with a CPU quota, a
   memory cap for the whole tree, a process cap, and ``cgroup.kill``.
@@ -27,11 +28,23 @@ from .cgroups import Cgroups, probe_cgroups
 log = get_logger(__name__)
 
 
+#: What a run's view holds (``aexec._boundary._driver.kernel.build_view``); the toolchain's
+#: own prefixes are added per interpreter (``aexec._pipeline.session``).
+FILESYSTEM = (
+    "mount_namespace, own root (pivot_root onto a tmpfs; the host's root detached) holding only: "
+    "read-only /usr, /bin, /sbin, /lib* and a cut /etc (users, name lookup, ld.so, alternatives, "
+    "certificates, time zone, toolchain config); /dev of null, zero, full, random, urandom, tty, "
+    "a fresh pts; a fresh /proc; the scratch root writable (work, home, tmp; /tmp, /var/tmp, "
+    "/dev/shm are its tmp); nothing else of the host (no /home, /root, /srv, /opt, /mnt, other "
+    "runs' scratch roots, the original repo; the copy holds no .git)"
+)
+
+
 @attrs.frozen
 class Isolation:
     """Which kernel mechanisms a run gets; ``enforced`` is what observations record."""
 
-    #: PID + network + mount namespaces, read-only host, unprivileged uid, tmpfs scratch.
+    #: PID + network + mount namespaces, own root, unprivileged uid, tmpfs scratch.
     namespaces: bool
     cgroups: Cgroups | None = None
     #: What the candidate's syscall filter denies (``seccomp: deny-list vN, K calls``),
@@ -53,7 +66,7 @@ class Isolation:
             out |= {
                 "process_tree": "pid_namespace (init killed; dies with aexec via PR_SET_PDEATHSIG)",
                 "network": "net_namespace (no interface up, loopback included)",
-                "filesystem": "mount_namespace: host read-only, fresh /proc; writable: scratch work, home, tmp",
+                "filesystem": FILESYSTEM,
                 "user": "unprivileged uid per run, no_new_privs, no capabilities",
                 "disk": "scratch root on a tmpfs sized repo + disk cap; RLIMIT_FSIZE per file",
                 "processes": "RLIMIT_NPROC for the run's own uid",

@@ -17,12 +17,13 @@ Scratch roots are named ``aexec-<pid>-…``: those of a dead aexec are swept
 from __future__ import annotations
 
 import ctypes
+import glob
+import hashlib
 import os
 import secrets
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterable
-from pathlib import Path
 
 from .._log import get_logger
 from .._stages.plan import Scratch
@@ -31,12 +32,13 @@ from .trees import copy_ignore
 log = get_logger(__name__)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_MS_REMOUNT, _MNT_DETACH = 0x20, 0x2
+_MS_REMOUNT, _MNT_DETACH, _MS_NOSUID, _MS_NODEV = 0x20, 0x2, 0x2, 0x4
 SCRATCH_PREFIX = "aexec-"
 
 
 def _mount_tmpfs(target: str, options: str, remount: bool = False) -> None:
-    flags = _MS_REMOUNT if remount else 0
+    # nosuid, nodev: what the view binds of it keeps them
+    flags = (_MS_REMOUNT if remount else 0) | _MS_NOSUID | _MS_NODEV
     rc = _libc.mount(b"aexec", os.fsencode(target), b"tmpfs", ctypes.c_ulong(flags), options.encode())
     if rc != 0:
         err = ctypes.get_errno()
@@ -78,27 +80,99 @@ def run_uid() -> int:
     return (1 << 20) + secrets.randbelow(1 << 24)
 
 
-def masks(needed: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """Directories others cannot traverse on the way to what a run needs, for the driver.
+#: What of the host's /etc a run's view holds (``make_etc``): users and groups, name
+#: lookup, the dynamic linker's cache, alternatives' links, certificates, time zone, MIME
+#: and service tables, and the configuration toolchains keep there (the JDK's, Python's).
+#: Not a name of the host, no secret, no package or service configuration.
+ETC_NAMES = (
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "networks",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "pki",
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "locale.conf",
+    "mime.types",
+    "magic",
+    "inputrc",
+    "terminfo",
+    "os-release",
+    "mtab",
+    "java-*",
+    "python3*",
+    "fonts",
+    "gitconfig",
+)
 
-    Each is ``[hidden_dir, [needed paths under it]]``: inside the boundary the hidden
-    directory is covered by an empty tmpfs holding only the needed paths (the
-    interpreter in ``/root/.pyenv``, say), so the run's unprivileged uid reaches them
-    and nothing else of it.
-    """
-    found: dict[str, list[str]] = {}
-    for path in dict.fromkeys(os.path.abspath(p) for p in needed):
-        parts = Path(path).parts
-        for i in range(2, len(parts)):
-            ancestor = os.path.join(*parts[:i])
-            try:
-                mode = os.stat(ancestor).st_mode
-            except OSError:
-                break
-            if not mode & 0o001:
-                found.setdefault(ancestor, []).append(path)
-                break
-    return tuple((hidden, tuple(paths)) for hidden, paths in sorted(found.items()))
+
+def _etc_sources() -> list[str]:
+    return [src for pattern in ETC_NAMES for src in sorted(glob.glob(os.path.join("/etc", pattern)))]
+
+
+def etc_stamp() -> str:
+    """What the cut /etc rests on: the names, sizes and mtimes of everything `ETC_NAMES`
+    selects, walked (a few hundred entries)."""
+    h = hashlib.sha256()
+    for src in _etc_sources():
+        for dirpath, dirnames, filenames in os.walk(src) if os.path.isdir(src) else [("", [], [src])]:
+            for name in sorted([*dirnames, *filenames]):
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                h.update(f"{path}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
+def make_etc(base: str) -> str:
+    """``base/etc-<stamp>``: the `ETC_NAMES` of the host's /etc that others may read
+    (links kept as links), a run's /etc. Made once for every aexec on the host while /etc
+    is unchanged (atomically: built aside, then renamed into place); older ones pruned."""
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    final = os.path.join(base, f"etc-{etc_stamp()}")
+    if os.path.isdir(final):
+        return final
+    out = tempfile.mkdtemp(prefix=".etc-", dir=base)
+    os.chmod(out, 0o755)
+
+    def unreadable(directory: str, names: list[str]) -> set[str]:
+        skip = set()
+        for name in names:
+            st = os.lstat(os.path.join(directory, name))
+            if not stat.S_ISLNK(st.st_mode) and not st.st_mode & 0o004:
+                skip.add(name)
+        return skip
+
+    for src in _etc_sources():
+        dst = os.path.join(out, os.path.basename(src))
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        elif os.path.isdir(src) and os.stat(src).st_mode & 0o005 == 0o005:
+            shutil.copytree(src, dst, symlinks=True, ignore=unreadable)
+        elif os.path.isfile(src) and os.stat(src).st_mode & 0o004:
+            shutil.copy2(src, dst)
+    try:
+        os.rename(out, final)
+    except OSError:  # another aexec made it first
+        shutil.rmtree(out, ignore_errors=True)
+    for name in os.listdir(base):
+        if name.startswith("etc-") and os.path.join(base, name) != final:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)  # /etc changed since
+    return final
 
 
 def write_private(scratch: Scratch, name: str, text: str) -> str:

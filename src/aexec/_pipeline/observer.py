@@ -22,7 +22,7 @@ from .._boundary import DRIVER
 from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
 from .._boundary.isolation import Isolation, detect_isolation
 from .._boundary.leftovers import default_registry, register, sweep_cgroups, sweep_leftovers
-from .._boundary.scratch import SCRATCH_PREFIX
+from .._boundary.scratch import SCRATCH_PREFIX, make_etc
 from .._boundary.supervise import LocalSupervisor, Supervisor
 from .._log import get_logger
 from .._options import Options
@@ -57,6 +57,9 @@ class Observer:
         #: Warm fork servers, by what they serve (`server`).
         self._servers: dict[str, ForkServer] = {}
         self._bytecode_dir: str | None = None
+        #: The runs' cut /etc (`etc_dir`).
+        self._etc_dir: str | None = None
+        self._etc_lock = threading.Lock()
         self._swept: set[str] = set()
 
     async def __aenter__(self) -> Observer:
@@ -108,6 +111,16 @@ class Observer:
                 prefix=f"{SCRATCH_PREFIX}{os.getpid()}-bytecode-", dir=scratch_base
             )
         return self._bytecode_dir
+
+    def etc_dir(self) -> str:
+        """The /etc of this observer's runs (`make_etc`, in the registry's directory:
+        shared by every aexec on the host while /etc is unchanged), looked up on first
+        use (blocking: called in a worker thread)."""
+        with self._etc_lock:
+            # pruned by another aexec once /etc changed: made afresh
+            if self._etc_dir is None or not os.path.isdir(self._etc_dir):
+                self._etc_dir = make_etc(os.path.join(self.options.registry or default_registry(), "view"))
+            return self._etc_dir
 
     async def server(
         self, session: Session, tool: Toolchain, mode: str, env: Mapping[str, str]

@@ -24,7 +24,6 @@ from .._boundary import DRIVER
 from .._boundary.cgroups import Caps
 from .._boundary.patch import PatchError, apply_patch
 from .._boundary.scratch import (
-    SCRATCH_PREFIX,
     import_roots,
     make_scratch,
     make_view,
@@ -46,7 +45,7 @@ from .._boundary.trees import (
 from .._errors import AexecError
 from .._stages.assemble import Run
 from .._stages.parse import SNIPPET_NAME, parse, parse_language
-from .._stages.plan import BoxFacts, Plan, RunFacts, Scratch, candidate_env, needed_paths, plan
+from .._stages.plan import BoxFacts, Plan, RunFacts, Scratch, candidate_env, plan
 from .._stages.policy import limits
 from .cache import in_thread
 from .session import Job, Session
@@ -221,7 +220,7 @@ async def run_once(
             written = await in_thread(_write_sources, scratch, job)
         elif candidate.code is not None:
             snippet = write_private(scratch, SNIPPET_NAME, candidate.code)
-        toolchain_paths = tool.paths if lang is None else (*tool.paths, *lang.paths)
+        toolchain_paths = (*tool.paths, *(lang.paths if lang else ()), *session.options.readonly)
         roots = tuple(import_roots(scratch.work)) if candidate.repo is not None else (scratch.work,)
         mode = "pytest" if job.runner == "pytest" else "bare"
         autoload = candidate.pytest_plugins == "auto"
@@ -241,9 +240,9 @@ async def run_once(
                 box_facts = BoxFacts(
                     uid=uid,
                     supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
-                    sibling_prefix=os.path.join(os.path.dirname(scratch.root), SCRATCH_PREFIX),
-                    masks=session.masks(needed_paths(scratch, toolchain_paths)),
                     seccomp=session.isolation.seccomp is not None,
+                    etc=session.observer.etc_dir(),
+                    repo=None if candidate.repo is None else os.path.realpath(candidate.repo),
                 )
             facts = RunFacts(
                 runner=job.runner,

@@ -21,7 +21,6 @@ from .._boundary.admission import Admission
 from .._boundary.bytecode import compile_bytecode, prune, touch
 from .._boundary.forkserver import ForkServer
 from .._boundary.isolation import Isolation
-from .._boundary.scratch import masks
 from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
 from .._log import get_logger
@@ -31,7 +30,7 @@ from .._stages import grade
 from .._stages.assemble import Run
 from .._stages.classify import Classification, Runner
 from .._stages.keys import artifact_version, cache_key
-from .._stages.plan import PYTEST_ARGS
+from .._stages.plan import PYTEST_ARGS, SYSTEM_PATHS, view_readonly
 from .._stages.policy import declare
 from .._types import TestVerdict
 from .cache import DiskCache, Inflight, Memo, in_thread
@@ -90,6 +89,8 @@ class Host(Protocol):
 
     def bytecode_store(self, cache_dir: str | None, scratch_base: str) -> str: ...
 
+    def etc_dir(self) -> str: ...
+
     async def server(
         self, session: Session, tool: Toolchain, mode: str, env: Mapping[str, str]
     ) -> ForkServer | None: ...
@@ -142,20 +143,22 @@ class Session:
         #: Per repo, what the call's test runs select of it together (None: a whole suite).
         self.selections = selections
         self.runs = 0
-        self._masks: dict[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._environments: dict[str, tuple[Environment, Any]] = {}
 
-    def masks(self, needed: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        """`aexec._boundary.scratch.masks` of ``needed``, looked up once per call: the
-        same toolchain's paths for every run (a scratch root among them, outside a tmp
-        target, makes each run's its own)."""
-        key = tuple(needed)
-        found = self._masks.get(key)
-        if found is None:
-            found = masks(needed)
-            if len(self._masks) < 64:
-                self._masks[key] = found
-        return found
+    def _enforced(self, tool: Toolchain, lang: LangToolchain | None) -> dict[str, str]:
+        """The isolation's record, with what a view of ``tool`` (and ``lang``) binds
+        read-only beyond the system directories: the toolchain's prefixes and the paths
+        `Options.readonly` declares."""
+        enforced = self.isolation.enforced
+        if self.isolation.namespaces:
+            paths = (*tool.paths, *(lang.paths if lang else ()), *self.options.readonly)
+            bound, _ = view_readonly(paths, tool.path)
+            extra = [p for p in bound if p not in SYSTEM_PATHS]
+            enforced = {
+                **enforced,
+                "filesystem": f"{enforced['filesystem']}; also read-only (toolchain, declared): {', '.join(extra) or 'none'}",
+            }
+        return enforced
 
     async def repo_hash(self, repo: str) -> str:
         found, _ = await self.repo_hashes.run(repo, lambda: in_thread(hash_tree, repo))
@@ -176,7 +179,7 @@ class Session:
             candidate.policy,
             toolchain=python if lang is None else candidate.language,
             toolchain_version=tool.version if lang is None else lang.version,
-            enforced=self.isolation.enforced,
+            enforced=self._enforced(tool, lang),
             repo_view="copy" if candidate.repo is not None else "none",
             repo_ro=self.isolation.namespaces,
             max_cores=float(os.cpu_count() or 1),

@@ -1,7 +1,7 @@
 """Planning a run: the driver's instructions, from facts gathered beforehand. Pure.
 
 The shell (``aexec._pipeline.run``) makes the scratch root, lays out the view, and
-gathers what only I/O can tell (import roots, the uid, masks, cgroup files); `plan`
+gathers what only I/O can tell (import roots, the uid, the cut /etc, cgroup files); `plan`
 then decides everything else — argv, environment, rlimits, the kernel boundary, what
 pytest is asked — and returns it frozen, to be written as the wire's `Instructions`.
 """
@@ -63,12 +63,12 @@ class BoxFacts:
 
     uid: int
     supervisor_pids: tuple[int, ...]
-    #: Other runs' scratch roots start with this.
-    sibling_prefix: str
-    #: ``masks(paths the run needs)`` (``aexec._boundary.scratch.masks``).
-    masks: tuple[tuple[str, tuple[str, ...]], ...]
     #: The syscall filter can be installed here (`aexec._boundary.isolation`).
     seccomp: bool = False
+    #: The host's /etc cut to what programs read (``aexec._boundary.view.make_etc``).
+    etc: str | None = None
+    #: The original repo (real path), kept out of the view.
+    repo: str | None = None
 
 
 @attrs.frozen
@@ -188,10 +188,39 @@ def under(path: str, dirs: Iterable[str]) -> bool:
     return any(path.startswith(d.rstrip(os.sep) + os.sep) for d in dirs)
 
 
-def needed_paths(scratch: Scratch, toolchain_paths: Iterable[str]) -> list[str]:
-    """What the run must reach on the host that a tmp target does not already cover: the
-    paths whose untraversable ancestors get masks."""
-    return [p for p in (scratch.root, *toolchain_paths) if not under(p, TMP_TARGETS)]
+#: The system directories a program needs to start, bound read-only into every view (on a
+#: merged /usr the others are links into it, made as such; absent ones are skipped).
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or under it."""
+    return path == root or under(path, [root])
+
+
+def view_readonly(
+    toolchain_paths: Iterable[str], python: str, *, repo: str | None = None, scratch_root: str | None = None
+) -> tuple[list[str], list[str]]:
+    """What a run's view binds read-only, one bind per tree (a path under another is
+    covered by it): the system directories and the toolchain's prefixes; and what is
+    hidden under them (the original repo, if a bound tree holds it).
+
+    A toolchain path that is the repo, holds it, or holds the scratch root (whose
+    siblings are other runs') is left out; under the repo only the interpreter's own
+    prefix (a venv inside the repo) is kept.
+    """
+    venv = os.path.dirname(os.path.dirname(python))
+    wanted = list(SYSTEM_PATHS)
+    for p in map(os.path.normpath, toolchain_paths):
+        if p == os.sep or (scratch_root is not None and inside(scratch_root, p)):
+            continue
+        if repo is not None and (inside(repo, p) or (inside(p, repo) and not inside(p, venv))):
+            continue
+        wanted.append(p)
+    unique = sorted(set(wanted))
+    bound = [p for p in unique if not under(p, unique)]
+    hidden = [repo] if repo is not None and under(repo, bound) else []
+    return bound, hidden
 
 
 #: Languages whose runtimes reserve far more address space than they use (the JVM's
@@ -262,19 +291,19 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
     box: Box | None = None
     if facts.box is not None:
         rlimits["RLIMIT_NPROC"] = lim.processes  # the uid is the run's alone
-        covered = [p for p in (scratch.root, *facts.toolchain_paths) if under(p, TMP_TARGETS)]
+        readonly, hidden = view_readonly(
+            facts.toolchain_paths, facts.python, repo=facts.box.repo, scratch_root=scratch.root
+        )
         box = {
             "supervisor_pids": list(facts.box.supervisor_pids),
             "uid": facts.box.uid,
             "gid": facts.box.uid,
             "scratch_root": scratch.root,
-            "sibling_prefix": facts.box.sibling_prefix,
-            "writable": [scratch.work, scratch.home, scratch.tmp, report],
+            "readonly": readonly,
+            "hidden": hidden,
+            "etc": facts.box.etc,
             "tmp": scratch.tmp,
             "tmp_targets": list(TMP_TARGETS),
-            "masks": [{"hidden": hidden, "paths": list(paths)} for hidden, paths in facts.box.masks],
-            # covered by the scratch tmp inside: bound back in place by the driver
-            "keep": [p for p in covered if not under(p, covered)],
             "seccomp": facts.box.seccomp,
         }
     instructions: Instructions = {

@@ -1,0 +1,121 @@
+"""The pytest plugin of a pytest run: per-test verdicts and exceptions from pytest's own
+hooks, never from its terminal text.
+
+Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` and
+``reporting`` given).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ... import _wire as wire
+    from . import reporting
+    from .reporting import Report
+# else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
+
+
+class Reporter:
+    """A pytest plugin: per-test verdicts from pytest's own hooks, not its terminal text."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.verdicts: dict[str, str] = {}
+        #: Tests that raised in a phase whose report a hook rewrote into a pass or skip.
+        self.rewritten: dict[str, str] = {}
+        #: A running test's exceptions, written when it finishes: a failed attempt that a
+        #: rerun plugin retries is not the test's failure.
+        self.pending: dict[str, list[dict[str, Any]]] = {}
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self.report.write("collected", count=len(session.items))
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.report.write(
+                "collect_error", nodeid=report.nodeid, text=str(report.longrepr)[: wire.MESSAGE_CAP]
+            )
+
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        exc = call.excinfo.value
+        phase = getattr(report, "when", None) or "collect"
+        if phase == "collect" and exc.__cause__ is not None:
+            exc = exc.__cause__  # pytest wraps SyntaxError/ImportError in CollectError
+        record = dict(phase=phase, nodeid=node.nodeid, **reporting.describe(exc))
+        if phase not in ("setup", "call", "teardown"):
+            self.report.write("exception", **record)
+            return
+        self.pending.setdefault(node.nodeid, []).append(record)
+        if not report.failed:
+            # pytest calls this for no skip and no expected failure, and hands it the report
+            # of this very attempt (a plugin's rerun marks its reports only later): the test
+            # raised, yet its report says it passed. A hook rewrote it; the test did not pass.
+            self.rewritten[node.nodeid] = phase
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.report.write("start", nodeid=nodeid)
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.outcome == "rerun":
+            # pytest-rerunfailures' (or flaky's) failed attempt: the next attempt decides.
+            for attempt in (self.verdicts, self.rewritten, self.pending):
+                attempt.pop(report.nodeid, None)
+            return
+        prior = self.verdicts.get(report.nodeid)
+        if report.when == "setup":
+            verdict = "errored" if report.failed else "skipped" if report.skipped else None
+        elif report.when == "call":
+            verdict = "passed" if report.passed else "skipped" if report.skipped else "failed"
+            if prior == "failed":
+                verdict = prior  # a failed subtest report is not undone by the test's own pass
+        else:  # teardown
+            verdict = "errored" if report.failed and prior in (None, "passed") else prior
+        if verdict is not None:
+            self.verdicts[report.nodeid] = verdict
+        if report.failed and getattr(report, "node", None) is not None:
+            self.relay(report)  # a pytest-xdist worker's: its exception never reaches this process
+
+    def relay(self, report: Any) -> None:
+        """The exception of a worker's failed report, from its crash line (``Type: message``,
+        or a rewritten assert's ``assert ...``): its type's MRO is known for builtins only."""
+        import builtins
+        import re
+
+        crash: Any = getattr(report.longrepr, "reprcrash", None)
+        text = str(getattr(crash, "message", "") or "")
+        name, sep, message = text.partition(": ")
+        if text.startswith("assert ") or text == "assert":
+            name, message = "AssertionError", text
+        elif not re.fullmatch(r"[A-Za-z_][\w.]*", name) or not (sep or name == text):
+            return
+        cls = getattr(builtins, name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            bases = [reporting.qualname(c) for c in cls.__mro__]
+        else:
+            bases = [name if "." in name else f"builtins.{name}"]  # pytest's Failed is "builtins"
+        frames = [[str(crash.path), int(crash.lineno or 0), ""]] if getattr(crash, "path", None) else []
+        self.report.write(
+            "exception",
+            phase=report.when,
+            nodeid=report.nodeid,
+            type=bases[0],
+            bases=bases,
+            message=message[: wire.MESSAGE_CAP],
+            errno=None,
+            frames=frames,
+        )
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        verdict = self.verdicts.get(nodeid, "errored")
+        if nodeid in self.rewritten:
+            verdict = "failed" if self.rewritten[nodeid] == "call" else "errored"
+        for record in self.pending.pop(nodeid, []):
+            self.report.write("exception", **record)
+        self.report.write("test", nodeid=nodeid, verdict=verdict)
+
+    def pytest_sessionfinish(self, session: Any) -> None:
+        for records in self.pending.values():  # a test that never finished
+            for record in records:
+                self.report.write("exception", **record)
+        self.pending.clear()
