@@ -2,8 +2,8 @@
 (a snippet, a command, a compile check, pytest, a toolchain's steps), each reporting as
 it goes and returning the run's exit status.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` and
-``reporting`` given).
+Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
+``reporting`` and ``plugin`` given).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ... import _wire as wire
     from ..._wire import Instructions
-    from . import reporting
+    from . import plugin, reporting
     from .reporting import Report
-# else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
+# else: ``wire``, ``reporting`` and ``plugin`` are given by the driver's loader (see `aexec._boundary._driver`).
 
 
 #: The globals dict a snippet ran in, for the driver's exit (``driver.leave``) to clear
@@ -157,81 +157,6 @@ def compile_tree(spec: Instructions, report: Report) -> int:
     return 1 if failed else 0
 
 
-class Reporter:
-    """A pytest plugin: per-test verdicts from pytest's own hooks, not its terminal text."""
-
-    def __init__(self, report: Report) -> None:
-        self.report = report
-        self.verdicts: dict[str, str] = {}
-
-    def pytest_collection_finish(self, session: Any) -> None:
-        self.report.write("collected", count=len(session.items))
-
-    def pytest_collectreport(self, report: Any) -> None:
-        if report.failed:
-            self.report.write(
-                "collect_error", nodeid=report.nodeid, text=str(report.longrepr)[: wire.MESSAGE_CAP]
-            )
-
-    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
-        exc = call.excinfo.value
-        phase = getattr(report, "when", None) or "collect"
-        if phase == "collect" and exc.__cause__ is not None:
-            exc = exc.__cause__  # pytest wraps SyntaxError/ImportError in CollectError
-        self.report.write("exception", phase=phase, nodeid=node.nodeid, **reporting.describe(exc))
-
-    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        self.report.write("start", nodeid=nodeid)
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        prior = self.verdicts.get(report.nodeid)
-        if report.when == "setup":
-            verdict = "errored" if report.failed else "skipped" if report.skipped else None
-        elif report.when == "call":
-            verdict = "passed" if report.passed else "skipped" if report.skipped else "failed"
-            if prior == "failed":
-                verdict = prior  # a failed subtest report is not undone by the test's own pass
-        else:  # teardown
-            verdict = "errored" if report.failed and prior in (None, "passed") else prior
-        if verdict is not None:
-            self.verdicts[report.nodeid] = verdict
-        if report.failed and getattr(report, "node", None) is not None:
-            self.relay(report)  # a pytest-xdist worker's: its exception never reaches this process
-
-    def relay(self, report: Any) -> None:
-        """The exception of a worker's failed report, from its crash line (``Type: message``,
-        or a rewritten assert's ``assert ...``): its type's MRO is known for builtins only."""
-        import builtins
-        import re
-
-        crash: Any = getattr(report.longrepr, "reprcrash", None)
-        text = str(getattr(crash, "message", "") or "")
-        name, sep, message = text.partition(": ")
-        if text.startswith("assert ") or text == "assert":
-            name, message = "AssertionError", text
-        elif not re.fullmatch(r"[A-Za-z_][\w.]*", name) or not (sep or name == text):
-            return
-        cls = getattr(builtins, name, None)
-        if isinstance(cls, type) and issubclass(cls, BaseException):
-            bases = [reporting.qualname(c) for c in cls.__mro__]
-        else:
-            bases = [name if "." in name else f"builtins.{name}"]  # pytest's Failed is "builtins"
-        frames = [[str(crash.path), int(crash.lineno or 0), ""]] if getattr(crash, "path", None) else []
-        self.report.write(
-            "exception",
-            phase=report.when,
-            nodeid=report.nodeid,
-            type=bases[0],
-            bases=bases,
-            message=message[: wire.MESSAGE_CAP],
-            errno=None,
-            frames=frames,
-        )
-
-    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        self.report.write("test", nodeid=nodeid, verdict=self.verdicts.get(nodeid, "errored"))
-
-
 def run_pytest(spec: Instructions, report: Report) -> int:
     try:
         import pytest
@@ -239,7 +164,7 @@ def run_pytest(spec: Instructions, report: Report) -> int:
         report.write("exception", phase="import", **reporting.describe(e))
         traceback.print_exc()
         return 1
-    rc = pytest.main(list(spec["pytest_args"]), plugins=[Reporter(report)])
+    rc = pytest.main(list(spec["pytest_args"]), plugins=[plugin.Reporter(report)])
     report.write("end", exitstatus=int(rc))
     return int(rc)
 

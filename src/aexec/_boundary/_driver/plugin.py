@@ -1,0 +1,134 @@
+"""The pytest plugin of a pytest run: per-test verdicts and exceptions from pytest's own
+hooks and objects, written to the run's report, not read from its terminal text.
+
+Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` and
+``reporting`` given).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ... import _wire as wire
+    from . import reporting
+    from .reporting import Report
+# else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
+
+
+class Reporter:
+    """A pytest plugin: per-test verdicts from pytest's own hooks, not its terminal text."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.verdicts: dict[str, str] = {}
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self.report.write("collected", count=len(session.items))
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.report.write(
+                "collect_error", nodeid=report.nodeid, text=str(report.longrepr)[: wire.MESSAGE_CAP]
+            )
+
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        exc = call.excinfo.value
+        phase = getattr(report, "when", None) or "collect"
+        if phase == "collect" and exc.__cause__ is not None:
+            exc = exc.__cause__  # pytest wraps SyntaxError/ImportError in CollectError
+        self.report.write("exception", phase=phase, nodeid=node.nodeid, **reporting.describe(exc))
+        if phase == "collect":
+            marker = unknown_marker(exc)
+            if marker is not None:
+                self.report.write("missing", nodeid=node.nodeid, what="marker", name=marker)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.report.write("start", nodeid=nodeid)
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        prior = self.verdicts.get(report.nodeid)
+        if report.when == "setup":
+            verdict = "errored" if report.failed else "skipped" if report.skipped else None
+        elif report.when == "call":
+            verdict = "passed" if report.passed else "skipped" if report.skipped else "failed"
+            if prior == "failed":
+                verdict = prior  # a failed subtest report is not undone by the test's own pass
+        else:  # teardown
+            verdict = "errored" if report.failed and prior in (None, "passed") else prior
+        if verdict is not None:
+            self.verdicts[report.nodeid] = verdict
+        if report.when == "setup" and report.failed:
+            fixture = missing_fixture(report.longrepr)
+            if fixture is not None:
+                self.report.write("missing", nodeid=report.nodeid, what="fixture", name=fixture)
+        if report.failed and getattr(report, "node", None) is not None:
+            self.relay(report)  # a pytest-xdist worker's: its exception never reaches this process
+
+    def relay(self, report: Any) -> None:
+        """The exception of a worker's failed report, from its crash line (``Type: message``,
+        or a rewritten assert's ``assert ...``): its type's MRO is known for builtins only."""
+        import builtins
+        import re
+
+        crash: Any = getattr(report.longrepr, "reprcrash", None)
+        text = str(getattr(crash, "message", "") or "")
+        name, sep, message = text.partition(": ")
+        if text.startswith("assert ") or text == "assert":
+            name, message = "AssertionError", text
+        elif not re.fullmatch(r"[A-Za-z_][\w.]*", name) or not (sep or name == text):
+            return
+        cls = getattr(builtins, name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            bases = [reporting.qualname(c) for c in cls.__mro__]
+        else:
+            bases = [name if "." in name else f"builtins.{name}"]  # pytest's Failed is "builtins"
+        frames = [[str(crash.path), int(crash.lineno or 0), ""]] if getattr(crash, "path", None) else []
+        self.report.write(
+            "exception",
+            phase=report.when,
+            nodeid=report.nodeid,
+            type=bases[0],
+            bases=bases,
+            message=message[: wire.MESSAGE_CAP],
+            errno=None,
+            frames=frames,
+        )
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self.report.write("test", nodeid=nodeid, verdict=self.verdicts.get(nodeid, "errored"))
+
+
+def missing_fixture(longrepr: Any) -> str | None:
+    """The fixture a test's failed setup requested and pytest found nowhere: its report's
+    ``longrepr`` is pytest's ``FixtureLookupErrorRepr`` of that name, "not found" (not a
+    fixture it knows that failed, nor a recursive one)."""
+    cls = type(longrepr)
+    if cls.__name__ != "FixtureLookupErrorRepr" or cls.__module__ != "_pytest.fixtures":
+        return None
+    name = getattr(longrepr, "argname", None)
+    said = getattr(longrepr, "errorstring", None)
+    if type(name) is not str or type(said) is not str or not said.startswith(f"fixture {name!r} not found"):
+        return None
+    return name
+
+
+def unknown_marker(exc: BaseException) -> str | None:
+    """The marker a module's collection failed on under ``--strict-markers``: pytest's
+    ``Failed`` raised by its ``MarkGenerator.__getattr__`` for a name no ``markers``
+    configuration registers (that frame's own ``name``)."""
+    if type(exc).__name__ != "Failed" or "OutcomeException" not in [c.__name__ for c in type(exc).__mro__]:
+        return None  # pytest's ``Failed`` (whose ``__module__`` it sets to "builtins")
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "__getattr__" and frame.f_code.co_filename.endswith(
+            os.path.join("_pytest", "mark", "structures.py")
+        ):
+            owner = frame.f_locals.get("self")
+            name = frame.f_locals.get("name")
+            if type(owner).__name__ == "MarkGenerator" and type(name) is str:
+                return name
+        tb = tb.tb_next
+    return None
