@@ -227,7 +227,13 @@ async def _env_fault(
     names = await in_thread(lambda: top_level_names(import_roots(repo)))
     defines = await in_thread(repo_defines, repo, wanted(run.evidence))
     fault = env_fault(
-        run.evidence, run.stderr, cwd=run.cwd, touched=touched, repo_modules=names, repo_defines=defines
+        run.evidence,
+        run.stderr,
+        cwd=run.cwd,
+        touched=touched,
+        repo_modules=names,
+        repo_defines=defines,
+        stdout=run.stdout,
     )
     if fault is None:
         return None
@@ -242,6 +248,7 @@ async def _env_fault(
         touched=[],
         repo_modules=names,
         repo_defines=defines,
+        stdout=pristine.stdout,
     )
     return pristine_fault(fault, pristine, found, job.env.timeout_s)
 

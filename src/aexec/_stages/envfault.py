@@ -32,11 +32,19 @@ _START_FILES = PYTEST_FILES | {"tox.ini", "setup.cfg", "pyproject.toml"}
 _NAMED = ("missing_module", "unknown_marker", "missing_fixture")
 
 
-def _start_error(stderr: str, cwd: str) -> str:
-    """The line pytest said its start failed with, without the scratch path."""
+def _start_error(stderr: str, cwd: str, stdout: str = "") -> str:
+    """The line pytest said its start failed with, without the scratch path: a usage
+    error's, else an ``INTERNALERROR>`` traceback's last line (its exception; pytest
+    writes it to stdout), else stderr's last line."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     said = [ln for ln in lines if re.match(r"\S+: error: ", ln)]
-    said = said or [ln for ln in lines if ln.startswith(("ERROR:", "INTERNALERROR>")) and "usage:" not in ln]
+    said = said or [ln for ln in lines if ln.startswith("ERROR:") and "usage:" not in ln]
+    internal = [
+        ln.strip()
+        for ln in (stderr + "\n" + stdout).splitlines()
+        if ln.startswith("INTERNALERROR>") and ln[len("INTERNALERROR>") :].strip()
+    ]
+    said = said or internal[-1:]
     line = (said or lines[-1:] or ["no message"])[0]
     return line.replace(cwd + "/", "").replace(cwd, ".")[:300]
 
@@ -59,6 +67,7 @@ def env_fault(
     touched: Iterable[str],
     repo_modules: Collection[str],
     repo_defines: Collection[tuple[str, str]] = (),
+    stdout: str = "",
 ) -> tuple[str, str] | None:
     """``(kind, message)`` when a pytest run shows that its selection cannot run in the
     declared environment (see `EnvFault.kind`), else None. Never one whose patch touched
@@ -99,7 +108,7 @@ def env_fault(
     if ev.pytest_exit == 4 and not _NOT_FOUND.search(stderr):
         return "usage", f"pytest refused to start (usage error): {_start_error(stderr, cwd)}"
     if ev.pytest_exit == 3 or (ev.pytest_exit is None and ev.exit_code not in (0, None)):
-        return "internal", f"pytest or a plugin failed at start: {_start_error(stderr, cwd)}"
+        return "internal", f"pytest or a plugin failed at start: {_start_error(stderr, cwd, stdout)}"
     return None
 
 

@@ -102,6 +102,7 @@ def run_command(spec: Instructions, report: Report) -> int:
         print(f"aexec: cannot run {spec['argv'][0]!r}: {e}", file=sys.stderr)
         return 127
     _, status, _ = os.wait4(proc.pid, 0)
+    proc.returncode = 0  # reaped here: its finalizer warns of no "subprocess still running"
     if os.WIFSIGNALED(status):
         report.write("child", exit=None, signal=os.WTERMSIG(status))
         return 128 + os.WTERMSIG(status)
