@@ -89,18 +89,18 @@ async def test_a_fixture_of_a_plugin_the_interpreter_lacks_is_env_broken(
     # with the plugin installed, the same suite is the candidate's to pass
     obs = await _suite(repo, plugin_python, FIX)
     assert obs.verdict == "pass" and not obs.flags.env_broken
+    await _fixtures_not_the_environments(bare_python, make_repo)
 
 
-@pytest.mark.slow
-@pytest.mark.anyio
-async def test_a_fixture_the_repo_defines_or_the_candidate_breaks_is_not_the_environments(
-    bare_python: str, make_repo: MakeRepo
-) -> None:
+async def _fixtures_not_the_environments(bare_python: str, make_repo: MakeRepo) -> None:
+    """A fixture the repo defines or the candidate breaks is not the environment's."""
     helpers = "import pytest\n\n@pytest.fixture\ndef db():\n    return {}\n"
     uses_db = "from helpers import db\n\ndef test_db(db):\n    assert db == {}\n"
     repo = make_repo({"lib.py": LIB, "helpers.py": helpers, "tests/test_db.py": uses_db})
     # the patch renames the repo's fixture: the unpatched repo runs
-    renamed = diff("helpers.py", helpers, helpers.replace("def db", "def database"))
+    renamed = diff(
+        "helpers.py", helpers, helpers.replace("@pytest.fixture", "@pytest.fixture(name='database')")
+    )
     # the patch makes the repo's fixture request one that exists nowhere (a typo)
     typo = diff("helpers.py", helpers, helpers.replace("def db():", "def db(tmp_pth):"))
     for patch in (renamed, typo):
@@ -145,13 +145,11 @@ async def test_a_marker_of_a_plugin_the_interpreter_lacks_is_env_broken_under_st
         assert verdicts(obs) == plain
     obs = await _suite(repo, plugin_python, FIX)
     assert obs.verdict == "pass" and not obs.flags.env_broken
+    await _markers_not_the_environments(bare_python, make_repo)
 
 
-@pytest.mark.slow
-@pytest.mark.anyio
-async def test_a_marker_the_repo_registers_or_the_candidate_misspells_is_not_the_environments(
-    bare_python: str, make_repo: MakeRepo
-) -> None:
+async def _markers_not_the_environments(bare_python: str, make_repo: MakeRepo) -> None:
+    """A marker the repo registers or the candidate misspells is not the environment's."""
     slow = "import pytest\n\n@pytest.mark.slow\ndef test_b():\n    pass\n"
     # registered, but by a conftest the selection does not load: the repo's own fault
     registered = make_repo(
