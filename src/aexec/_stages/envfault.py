@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable
 from .._records import EnvFault
 from .assemble import PYTEST_FILES, Run, ran_tests
 from .normalize import failures
-from .parse import Evidence
+from .parse import Evidence, RaisedError
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 #: pytest could not find what the selection names: the request's doing, not the environment's.
@@ -114,7 +114,7 @@ def env_fault(
 
 def _collection(
     ev: Evidence,
-    collect: list,  # type: ignore[type-arg]
+    collect: list[RaisedError],
     touched: list[str],
     repo_modules: Collection[str],
     repo_defines: Collection[tuple[str, str]],
