@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_stages.normalize",
             "_stages.grade",
             "_stages.assemble",
+            "_stages.envfault",
             "_serde",
         ],
     ),

@@ -56,6 +56,10 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "usage": [{"cpu_s": 0.25, "maxrss_kib": 10240}, {"cpu_s": 0, "maxrss_kib": 0}],
     "collected": [{"count": 0}, {"count": 12}],
     "collect_error": [{"nodeid": "tests/test_a.py", "text": "E   SyntaxError"}],
+    "missing": [
+        {"nodeid": "tests/test_a.py::test_a", "what": "fixture", "name": "mocker"},
+        {"nodeid": "tests/test_b.py", "what": "marker", "name": "anyio"},
+    ],
     "start": [{"nodeid": "tests/test_a.py::test_a[x-1]"}],
     "test": [
         {"nodeid": "tests/test_a.py::test_a", "verdict": v}

@@ -251,7 +251,9 @@ class EnvFault:
     #: ``usage`` (pytest refused its configuration or arguments), ``internal`` (pytest or
     #: a plugin crashed at start), ``no_pytest`` (the interpreter has no pytest),
     #: ``missing_module`` (collection imports a module neither the repo nor the
-    #: interpreter has).
+    #: interpreter has), ``unknown_marker`` (a marker under ``--strict-markers`` no file
+    #: of the repo registers), ``missing_fixture`` (a fixture no file of the repo
+    #: defines): see docs/contract.md.
     kind: str
     message: str
     #: The unpatched repo's run: its exit status, its failures and the end of its stderr

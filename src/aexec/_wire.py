@@ -205,6 +205,17 @@ class CollectErrorRecord(TypedDict):
     text: str
 
 
+class MissingRecord(TypedDict):
+    """pytest found no ``fixture`` a test requests (its setup failed with "fixture 'x'
+    not found"), or no ``marker`` of that name under ``--strict-markers`` (its module
+    failed to collect): read from pytest's own objects, not its text."""
+
+    kind: Literal["missing"]
+    nodeid: str
+    what: Literal["fixture", "marker"]
+    name: str
+
+
 class StartRecord(TypedDict):
     kind: Literal["start"]
     nodeid: str
@@ -252,6 +263,7 @@ Record = Union[  # noqa: UP007
     UsageRecord,
     CollectedRecord,
     CollectErrorRecord,
+    MissingRecord,
     StartRecord,
     TestRecord,
     EndRecord,
@@ -268,6 +280,7 @@ RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "usage": {"cpu_s": (int, float), "maxrss_kib": (int,)},
     "collected": {"count": (int,)},
     "collect_error": {"nodeid": (str,), "text": (str,)},
+    "missing": {"nodeid": (str,), "what": (str,), "name": (str,)},
     "start": {"nodeid": (str,)},
     "test": {"nodeid": (str,), "verdict": (str,)},
     "end": {"exitstatus": (int,)},

@@ -8,6 +8,7 @@ records out) and its own parts in ``_driver/`` (see `_load`):
     reporting   the report file: one JSON record per event, flushed line by line
     kernel      the boundary's kernel calls: namespaces, the mount view, cgroups, uid, rlimits
     seccomp     the candidate's syscall filter (a BPF deny-list)
+    plugin      the pytest plugin of a pytest run: its hooks' events as report records
     runners     what a run does: a snippet, a command, a compile check, pytest, steps
     serve       the fork server (``driver.py --serve``), which forks runs from a warm interpreter
     pyc         the bytecode job (``driver.py --bytecode``), not a run
@@ -66,14 +67,14 @@ def _part(name: str, **given: Any) -> Any:
 if TYPE_CHECKING:
     from .. import _wire as wire
     from .._wire import Instructions
-    from ._driver import kernel, pyc, reporter, reporting, runners, seccomp, serve
+    from ._driver import kernel, plugin, pyc, reporting, runners, seccomp, serve
 else:
     wire = _load(os.path.join(os.path.dirname(_HERE), "_wire.py"), "_aexec_wire")
     reporting = _part("reporting", wire=wire)
     kernel = _part("kernel")
     seccomp = _part("seccomp", kernel=kernel)
-    reporter = _part("reporter", wire=wire, reporting=reporting)
-    runners = _part("runners", wire=wire, reporting=reporting, reporter=reporter)
+    plugin = _part("plugin", wire=wire, reporting=reporting)
+    runners = _part("runners", wire=wire, reporting=reporting, plugin=plugin)
     serve = _part("serve", wire=wire, kernel=kernel, runners=runners)
     pyc = _part("pyc")
 

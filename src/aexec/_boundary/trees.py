@@ -14,7 +14,7 @@ import hashlib
 import os
 import stat
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from .._errors import AexecError
 from .._records import Change
@@ -159,6 +159,27 @@ def pytest_config(root: str, name: str) -> str | None:
         return repr(dict(cp.items(section[0]))) if cp.has_section(section[0]) else None
     except (tomllib.TOMLDecodeError, configparser.Error):
         return "<unparseable>\n" + text  # unreadable config: compare it whole
+
+
+#: A file read for what it defines (`texts_naming`) is read up to this size.
+NAMING_FILE_BYTES = 4 << 20
+
+
+def texts_naming(root: str, words: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(repo-relative path, text) of each Python file and pytest configuration file under
+    ``root`` whose text contains one of ``words``."""
+    words = [w for w in words if w]
+    if not words:
+        return
+    for path in walk(root):
+        if not (path.endswith(".py") or os.path.basename(path) in PYTEST_CONFIGS):
+            continue
+        raw = read_regular(path, NAMING_FILE_BYTES)
+        if raw is None:
+            continue
+        text = raw.decode("utf-8", "replace")
+        if any(w in text for w in words):
+            yield os.path.relpath(path, root), text
 
 
 def snapshot(root: str, cap: int = SNAPSHOT_CAP) -> dict[str, tuple[int, int]]:

@@ -14,16 +14,15 @@ import attrs
 from .._boundary.forkserver import top_level_names
 from .._boundary.patch import PatchError, patch_paths
 from .._boundary.scratch import import_roots
+from .._boundary.trees import texts_naming
 from .._log import get_logger
 from .._records import Candidate, EnvFault, ExecutionObservation
 from .._stages.assemble import (
     Head,
     Run,
     assemble,
-    env_fault,
     graded,
     instance_error,
-    pristine_fault,
     ran_tests,
     reconcile,
     refused,
@@ -34,6 +33,7 @@ from .._stages.assemble import (
     unobserved,
 )
 from .._stages.classify import Classification
+from .._stages.envfault import defined_in, env_fault, pristine_fault, wanted
 from .._stages.grade import oracle_paths_touched, would_resolve
 from .._stages.keys import artifact_version, cache_key
 from .._stages.normalize import failures
@@ -231,14 +231,41 @@ async def _env_fault(
     if job.runner != "pytest" or repo is None:
         return None
     names = await in_thread(lambda: top_level_names(import_roots(repo)))
-    fault = env_fault(run.evidence, run.stderr, cwd=run.cwd, touched=touched, repo_modules=names)
+    defines = await in_thread(repo_defines, repo, wanted(run.evidence))
+    fault = env_fault(
+        run.evidence,
+        run.stderr,
+        cwd=run.cwd,
+        touched=touched,
+        repo_modules=names,
+        repo_defines=defines,
+        stdout=run.stdout,
+    )
     if fault is None:
         return None
     pristine = run
     if job.candidate.patch is not None:
         pristine, _ = await _unpatched(session, job, oracle)
-    found = env_fault(pristine.evidence, pristine.stderr, cwd=pristine.cwd, touched=[], repo_modules=names)
+        defines = await in_thread(repo_defines, repo, wanted(pristine.evidence))
+    found = env_fault(
+        pristine.evidence,
+        pristine.stderr,
+        cwd=pristine.cwd,
+        touched=[],
+        repo_modules=names,
+        repo_defines=defines,
+        stdout=pristine.stdout,
+    )
     return pristine_fault(fault, pristine, found, job.env.timeout_s)
+
+
+def repo_defines(repo: str, want: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of ``want`` (fixtures and markers pytest found missing) a file of the
+    unpatched repo defines."""
+    found: set[tuple[str, str]] = set()
+    for path, text in texts_naming(repo, {name for _, name in want}):
+        found |= defined_in(path, text, want)
+    return found
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -9,8 +9,7 @@ SWE-bench-style grade of a request that expects tests (`graded`, by ``grade``).
 from __future__ import annotations
 
 import posixpath
-import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -131,91 +130,6 @@ def tag(after: Iterable[ParsedTest], before: Mapping[str, TestVerdict] | None) -
             )
         )
     return tuple(out)
-
-
-_NO_MODULE = re.compile(r"No module named '([^']+)'")
-#: pytest could not find what the selection names: the request's doing, not the environment's.
-_NOT_FOUND = re.compile(r"^ERROR: (?:file or directory )?not found", re.M)
-#: What a candidate's patch may change that pytest reads at start.
-_START_FILES = PYTEST_FILES | {"tox.ini", "setup.cfg", "pyproject.toml"}
-
-
-def _start_error(stderr: str, cwd: str) -> str:
-    """The line pytest said its start failed with, without the scratch path."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    said = [ln for ln in lines if re.match(r"\S+: error: ", ln)]
-    said = said or [ln for ln in lines if ln.startswith(("ERROR:", "INTERNALERROR>")) and "usage:" not in ln]
-    line = (said or lines[-1:] or ["no message"])[0]
-    return line.replace(cwd + "/", "").replace(cwd, ".")[:300]
-
-
-def env_fault(
-    ev: Evidence, stderr: str, *, cwd: str, touched: Iterable[str], repo_modules: Collection[str]
-) -> tuple[str, str] | None:
-    """``(kind, message)`` when a pytest run shows that its selection cannot run in the
-    declared environment (see `EnvFault.kind`), else None. Only a run in which no test
-    ran qualifies, and never one whose patch touched what failed: a module named in a
-    failing frame, a collection error's file, or a file pytest reads at start.
-    """
-    if ev.runner != "pytest" or ran_tests(ev.tests) or ev.timed_out or ev.oom_killed or ev.signal is not None:
-        return None
-    touched = [posixpath.normpath(p) for p in touched]
-    # A conftest that failed to import for another reason than a missing module is pytest
-    # refusing to start (below: ``usage``), as when its exception was not read at all.
-    errors = [
-        e
-        for e in ev.errors
-        if e.phase != "conftest" or (e.is_a("ImportError") and _NO_MODULE.search(e.message))
-    ]
-    collect = [e for e in errors if e.phase in ("collect", "conftest")]
-    if any(
-        f.file and not f.file.startswith(("/", "<")) for e in errors if e not in collect for f in e.frames
-    ):
-        return None  # pytest's start failed in the repo's own code (a module shadowing one of pytest's)
-    for e in errors:
-        m = _NO_MODULE.search(e.message)
-        if (
-            e.phase == "import"
-            and e.is_a("ImportError")
-            and m
-            and m[1].split(".")[0] in ("pytest", "_pytest")
-        ):
-            return "no_pytest", f"the interpreter cannot import pytest ({e.name}: {e.message})"
-    if collect:
-        missing: set[str] = set()
-        for e in collect:
-            m = _NO_MODULE.search(e.message)
-            if not (e.is_a("ImportError") and m) or m[1].split(".")[0] in repo_modules:
-                return None  # a fault of the code, not of the environment
-            where = {posixpath.normpath(f.file) for f in e.frames} | {(e.nodeid or "").split("::")[0]}
-            if where & set(touched):
-                return None
-            missing.add(m[1])
-        names = ", ".join(f"'{n}'" for n in sorted(missing))
-        return "missing_module", f"collection imports {names}, which neither the repo nor the interpreter has"
-    if any(posixpath.basename(p) in _START_FILES for p in touched):
-        return None
-    if ev.pytest_exit == 4 and not _NOT_FOUND.search(stderr):
-        return "usage", f"pytest refused to start (usage error): {_start_error(stderr, cwd)}"
-    if ev.pytest_exit == 3 or (ev.pytest_exit is None and ev.exit_code not in (0, None)):
-        return "internal", f"pytest or a plugin failed at start: {_start_error(stderr, cwd)}"
-    return None
-
-
-def pristine_fault(
-    fault: tuple[str, str], pristine: Run, found: tuple[str, str] | None, timeout_s: float
-) -> EnvFault | None:
-    """The `EnvFault` of a run whose ``fault`` the unpatched repo's run shows the same way
-    (``found``: its own `env_fault`), else None."""
-    if found is None or found[0] != fault[0] or (fault[0] == "missing_module" and found[1] != fault[1]):
-        return None
-    return EnvFault(
-        kind=fault[0],
-        message=fault[1],
-        pristine_exit_code=pristine.evidence.exit_code,
-        pristine_failures=tuple(f.failure for f in failures(pristine.evidence, timeout_s)),
-        pristine_stderr=pristine.stderr[-2000:],
-    )
 
 
 def verdict_of(failure: Failure | None, flags: Flags) -> Verdict:

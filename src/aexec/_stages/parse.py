@@ -92,6 +92,10 @@ class Evidence:
     #: A language's suite selected by the runner's ids: the repo's files the selected
     #: tests are built from (`aexec._languages.SuiteEvidence.sources`); None: not known.
     test_sources: tuple[str, ...] | None = None
+    #: pytest: ``(what, name, nodeid)`` of each fixture a test requested that pytest
+    #: found nowhere (``fixture``) and each unknown marker under ``--strict-markers``
+    #: that a module failed to collect on (``marker``), as the driver read them.
+    missing: tuple[tuple[str, str, str], ...] = ()
 
 
 def _display(path: str, cwd: str, snippet: str | None) -> str:
@@ -243,11 +247,15 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
     signal = raw.signal
     exit_code = raw.exit_code
     collect_errors: dict[str, str] = {}
+    missing: dict[tuple[str, str, str], None] = {}
     for rec in raw.records:
         if rec["kind"] == "exception":
             errors.append(_error(rec, cwd, snippet))
         elif rec["kind"] == "collect_error":
             collect_errors.setdefault(rec["nodeid"], rec["text"])
+        elif rec["kind"] == "missing":
+            if rec["what"] in ("fixture", "marker"):
+                missing[(rec["what"], rec["name"], rec["nodeid"])] = None
         elif rec["kind"] == "start":
             started.append(rec["nodeid"])
         elif rec["kind"] == "test":
@@ -302,6 +310,7 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         parse_uncertain=uncertain,
         oom_killed=raw.oom_killed,
         box_failed=raw.exit_code == BOX_FAILED and not any(r["kind"] == "main" for r in raw.records),
+        missing=tuple(missing),
     )
 
 

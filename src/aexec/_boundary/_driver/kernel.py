@@ -25,6 +25,7 @@ CLONE_NEWIPC, CLONE_NEWUTS = 0x08000000, 0x04000000
 #: message queue crosses between runs or outlives one) and UTS (its own hostname).
 CLONE_RUN = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
 HOSTNAME = b"aexec"
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP, _IFF_RUNNING = 0x8913, 0x8914, 0x1, 0x40
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
@@ -340,10 +341,8 @@ def unshare() -> None:
 
 
 def name_host() -> None:
-    """In the run's own UTS and network namespaces: the same fixed hostname for every
-    run, and its own loopback up, as Docker's ``--network none`` and bubblewrap's
-    ``--unshare-net`` leave it. It reaches nothing outside the run: a test suite's local
-    server (or pytest-rerunfailures' under xdist) works, the host's services do not."""
+    """The run's fixed hostname, and its own loopback up (as Docker's ``--network none``
+    leaves it): a suite's local server works, nothing outside the run is reachable."""
     _call(_libc.sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
     fd = _libc.socket(2, 2, 0)  # AF_INET, SOCK_DGRAM: a handle for the interface ioctls
     _call(min(fd, 0), "socket")
@@ -351,13 +350,10 @@ def name_host() -> None:
         ifreq = ctypes.create_string_buffer(b"lo", 40)  # struct ifreq: name[16], flags
         _call(_libc.ioctl(fd, _SIOCGIFFLAGS, ifreq), "loopback flags")
         flags = int.from_bytes(ifreq.raw[16:18], sys.byteorder) | _IFF_UP | _IFF_RUNNING
-        ifreq[16:18] = flags.to_bytes(2, sys.byteorder)
+        ifreq = ctypes.create_string_buffer(ifreq.raw[:16] + flags.to_bytes(2, sys.byteorder), 40)
         _call(_libc.ioctl(fd, _SIOCSIFFLAGS, ifreq), "loopback up")
     finally:
         os.close(fd)
-
-
-_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP, _IFF_RUNNING = 0x8913, 0x8914, 0x1, 0x40
 
 
 def apply_limits(spec: Instructions) -> None:

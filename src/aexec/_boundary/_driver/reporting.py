@@ -6,6 +6,7 @@ Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` giv
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +16,22 @@ if TYPE_CHECKING:
 
 
 class Report:
+    """The report file as a bare descriptor, written a whole line per record.
+
+    Not a Python file object: one left open is finalized with the interpreter, and its
+    ``ResourceWarning`` ("unclosed file ... report.jsonl") would reach the candidate's
+    warning filters (``-W error``, ``filterwarnings = error``) and stderr. A descriptor is
+    no object of theirs to see; the kernel closes it when the run's process ends.
+    """
+
     def __init__(self, path: str) -> None:
-        self._f = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     def write(self, kind: str, **fields: Any) -> None:
         try:
-            self._f.write(wire.encode(kind, fields) + "\n")
+            data = (wire.encode(kind, fields) + "\n").encode("utf-8")
+            while data:
+                data = data[os.write(self._fd, data) :]
         except (OSError, ValueError):
             pass  # the candidate closed or broke our file; the exit code still speaks
 

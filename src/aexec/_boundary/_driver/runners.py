@@ -3,7 +3,7 @@
 it goes and returning the run's exit status.
 
 Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
-``reporting`` and ``reporter`` given).
+``reporting`` and ``plugin`` given).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ... import _wire as wire
     from ..._wire import Instructions
-    from . import reporter, reporting
+    from . import plugin, reporting
     from .reporting import Report
-# else: ``wire``, ``reporting`` and ``reporter`` are given by the driver's loader (see `aexec._boundary._driver`).
+# else: ``wire``, ``reporting`` and ``plugin`` are given by the driver's loader (see `aexec._boundary._driver`).
 
 
 #: The globals dict a snippet ran in, for the driver's exit (``driver.leave``) to clear
@@ -102,6 +102,7 @@ def run_command(spec: Instructions, report: Report) -> int:
         print(f"aexec: cannot run {spec['argv'][0]!r}: {e}", file=sys.stderr)
         return 127
     _, status, _ = os.wait4(proc.pid, 0)
+    proc.returncode = 0  # reaped here: its finalizer warns of no "subprocess still running"
     if os.WIFSIGNALED(status):
         report.write("child", exit=None, signal=os.WTERMSIG(status))
         return 128 + os.WTERMSIG(status)
@@ -164,7 +165,7 @@ def run_pytest(spec: Instructions, report: Report) -> int:
         report.write("exception", phase="import", **reporting.describe(e))
         traceback.print_exc()
         return 1
-    rc = pytest.main(list(spec["pytest_args"]), plugins=[reporter.Reporter(report)])
+    rc = pytest.main(list(spec["pytest_args"]), plugins=[plugin.Reporter(report)])
     report.write("end", exitstatus=int(rc))
     return int(rc)
 

@@ -1,5 +1,5 @@
 """The pytest plugin of a pytest run: per-test verdicts and exceptions from pytest's own
-hooks, never from its terminal text.
+hooks and objects, written to the run's report, not read from its terminal text.
 
 Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` and
 ``reporting`` given).
@@ -7,6 +7,7 @@ Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` and
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ class Reporter:
         record = dict(phase=phase, nodeid=node.nodeid, **reporting.describe(exc))
         if phase not in ("setup", "call", "teardown"):
             self.report.write("exception", **record)
+            marker = unknown_marker(exc) if phase == "collect" else None
+            if marker is not None:
+                self.report.write("missing", nodeid=node.nodeid, what="marker", name=marker)
             return
         self.pending.setdefault(node.nodeid, []).append(record)
         if not report.failed:
@@ -73,6 +77,10 @@ class Reporter:
             verdict = "errored" if report.failed and prior in (None, "passed") else prior
         if verdict is not None:
             self.verdicts[report.nodeid] = verdict
+        if report.when == "setup" and report.failed:
+            fixture = missing_fixture(report.longrepr)
+            if fixture is not None:
+                self.report.write("missing", nodeid=report.nodeid, what="fixture", name=fixture)
         if report.failed and getattr(report, "node", None) is not None:
             self.relay(report)  # a pytest-xdist worker's: its exception never reaches this process
 
@@ -119,3 +127,37 @@ class Reporter:
             for record in records:
                 self.report.write("exception", **record)
         self.pending.clear()
+
+
+def missing_fixture(longrepr: Any) -> str | None:
+    """The fixture a test's failed setup requested and pytest found nowhere: its report's
+    ``longrepr`` is pytest's ``FixtureLookupErrorRepr`` of that name, "not found" (not a
+    fixture it knows that failed, nor a recursive one)."""
+    cls = type(longrepr)
+    if cls.__name__ != "FixtureLookupErrorRepr" or cls.__module__ != "_pytest.fixtures":
+        return None
+    name = getattr(longrepr, "argname", None)
+    said = getattr(longrepr, "errorstring", None)
+    if type(name) is not str or type(said) is not str or not said.startswith(f"fixture {name!r} not found"):
+        return None
+    return name
+
+
+def unknown_marker(exc: BaseException) -> str | None:
+    """The marker a module's collection failed on under ``--strict-markers``: pytest's
+    ``Failed`` raised by its ``MarkGenerator.__getattr__`` for a name no ``markers``
+    configuration registers (that frame's own ``name``)."""
+    if type(exc).__name__ != "Failed" or "OutcomeException" not in [c.__name__ for c in type(exc).__mro__]:
+        return None  # pytest's ``Failed`` (whose ``__module__`` it sets to "builtins")
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "__getattr__" and frame.f_code.co_filename.endswith(
+            os.path.join("_pytest", "mark", "structures.py")
+        ):
+            owner = frame.f_locals.get("self")
+            name = frame.f_locals.get("name")
+            if type(owner).__name__ == "MarkGenerator" and type(name) is str:
+                return name
+        tb = tb.tb_next
+    return None
