@@ -37,7 +37,7 @@ class Isolation:
     def enforced(self) -> dict[str, str]:
         out = {
             # A memory cgroup (`Cgroups.describe`) replaces it where one holds.
-            "ram": "RLIMIT_AS per process at the RAM cap (no memory cgroup; thread stacks count)",
+            "ram": "RLIMIT_AS per process at the RAM cap (thread stacks count against it)",
             "cpu": "RLIMIT_CPU backstop above the deadline (no core cap)",
             "disk": "RLIMIT_FSIZE per file only",
             "open_files": "RLIMIT_NOFILE",
