@@ -87,6 +87,8 @@ class Cgroups:
     def create(self, run: str, caps: Caps) -> None:
         quota = max(1000, round(caps.cpu_cores * _CPU_PERIOD_US))
         writes: list[tuple[str, str]] = []
+        # Best effort: swap is capped with RAM where the kernel accounts it (v1 memsw).
+        optional: list[tuple[str, str]] = []
         for kind, root in self.v1.items():
             d = os.path.join(root, os.path.basename(self.dirs(run)[0]))
             if kind == "cpu":
@@ -96,8 +98,7 @@ class Cgroups:
                 ]
             elif kind == "memory":
                 writes.append((f"{d}/memory.limit_in_bytes", str(caps.memory_bytes)))
-                if os.path.exists(f"{root}/memory.memsw.limit_in_bytes"):  # swap accounting on
-                    writes.append((f"{d}/memory.memsw.limit_in_bytes", str(caps.memory_bytes)))
+                optional.append((f"{d}/memory.memsw.limit_in_bytes", str(caps.memory_bytes)))
             elif kind == "pids":
                 writes.append((f"{d}/pids.max", str(caps.pids)))
         if self.v2 is not None:
@@ -113,6 +114,8 @@ class Cgroups:
                 os.mkdir(d)
         for path, value in writes:
             _write_or_raise(path, value)
+        for path, value in optional:
+            _write(path, value)
 
     def kill(self, run: str) -> None:
         """Kill every process of the run's cgroups; none can leave them."""
