@@ -165,6 +165,10 @@ def test_steps_use_the_resolved_tools_and_caps() -> None:
     assert plan[-1].argv[:3] == ("/opt/jdk/bin/java", "-ea", "-Xmx128m")
     node = steps("javascript", "run_entry", "/s", ram_mib=512)[-1]
     assert "--max-old-space-size=256" in node.argv and node.evidence_file == "/s/.aexec_node_error.json"
+    # SQLite's heap capped at the RAM cap, its PRAGMA's echo kept out of the program's stdout
+    sql = steps("sql", "run_entry", "/s", ram_mib=256)[-1].argv
+    assert sql[-2:] == (":memory:", ".read main.sql")
+    assert "PRAGMA hard_heap_limit=268435456" in sql and sql.count("-cmd") == 3
     assert steps("c", "run_entry", "/s")[-1].argv == ("/s/main",)
     assert version_argv("rust", tools={"rustc": "/r/rustc"}) == ("/r/rustc", "--version")
     with pytest.raises(ValueError, match="run_suite"):

@@ -132,9 +132,11 @@ async def test_snippet_failure_classes(code: str, klass: str) -> None:
 
 
 async def test_memory_cap_is_the_declared_one() -> None:
-    # 300 MiB fits under a 512 MiB address space but not under 128 MiB.
-    code = "b = bytearray(300 << 20)\nprint('ok')"
-    roomy = await observe(Candidate("run_entry", "snippet", code=code))
+    # 800 MiB fits under a 1 GiB cap but not under 128 MiB: as an address space (no
+    # memory cgroup) or as the tree's memory cgroup, which holds RAM + disk caps (its
+    # tmpfs files count), 1.5 GiB against 640 MiB.
+    code = "b = bytearray(800 << 20)\nprint('ok')"
+    roomy = await observe(Candidate("run_entry", "snippet", code=code, policy=Policy(ram_mib=1024)))
     tight = await observe(Candidate("run_entry", "snippet", code=code, policy=Policy(ram_mib=128)))
     assert roomy.stdout == "ok\n" and roomy.failure is None
     assert tight.failure is not None and tight.failure.failure_class == "resource"

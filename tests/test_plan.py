@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import pytest
 
 from aexec import Policy
 from aexec._records import Environment
 from aexec._stages.plan import (
+    HUNGRY_ADDRESS_SPACE_BYTES,
     PYTEST_ARGS,
     SYSTEM_PATHS,
     TMP_TARGETS,
@@ -213,6 +215,34 @@ def test_rlimits_follow_the_declared_policy(box: BoxFacts | None) -> None:
     small = plan(facts(box=box), environment(Policy(timeout_s=0.5, cpu_cores=0.25))).instructions["rlimits"]
     assert small["RLIMIT_CPU"] == math.ceil(0.5 + CPU_BACKSTOP_MARGIN_S)
     assert small["RLIMIT_AS"] == 512 * 1024 * 1024
+
+
+@pytest.mark.parametrize("box", [None, box_facts()])
+def test_the_memory_cgroup_replaces_rlimit_as(box: BoxFacts | None) -> None:
+    """Where the run's memory cgroup holds, no RLIMIT_AS is set at all (it counted every
+    thread's 8 MiB stack reservation as used: issue 26); the other rlimits stay."""
+    env = environment(Policy(ram_mib=300))
+    for runner in ("snippet", "pytest", "command"):
+        held = attrs.evolve(facts(box=box, runner=runner), memory_cgroup=True)  # type: ignore[arg-type]
+        rl = plan(held, env).instructions["rlimits"]
+        assert "RLIMIT_AS" not in rl, runner
+        assert {"RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE"} <= set(rl)
+    # a language's steps too: neither the child nor any step gets one
+    for language, request_type in (("c", "run_entry"), ("java", "run_entry"), ("rust", "run_suite")):
+        steps = attrs.evolve(
+            facts(box=box, runner="steps", tests=() if request_type == "run_suite" else None),
+            language=language,
+            request_type=request_type,
+            memory_cgroup=True,
+        )
+        i = plan(steps, env).instructions
+        assert "RLIMIT_AS" not in i["rlimits"], language
+        assert i["steps"] and all(st["rlimits"] == {} for st in i["steps"]), language
+    # without it, RLIMIT_AS is the fallback: the RAM cap for a native program, the
+    # backstop for a compiler (the child keeps the highest; the program lowers its own)
+    c = plan(attrs.evolve(facts(box=box, runner="steps"), language="c", request_type="run_entry"), env)
+    assert c.instructions["rlimits"]["RLIMIT_AS"] == HUNGRY_ADDRESS_SPACE_BYTES
+    assert c.instructions["steps"][-1]["rlimits"] == {"RLIMIT_AS": 300 << 20}
 
 
 def test_plan_is_a_value() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from aexec import Policy, RequestError
 from aexec._stages.policy import declare, limits
+from aexec._types import DEFAULT_SUITE_RAM_MIB, default_ram_mib
 
 
 def _declare(mode: str, policy: Policy | None = None):  # type: ignore[no-untyped-def]
@@ -36,6 +37,34 @@ def test_spec_defaults(mode: str, timeout: float) -> None:
     assert env.network == "deny_by_default"
     assert (env.stdout_cap_kib, env.stderr_cap_kib) == (64, 64)
     assert env.enforced == {"network": "net_namespace"}
+
+
+def test_a_suite_gets_the_suites_ram_default() -> None:
+    """A test suite (``run_suite``) defaults to 4 GiB, a snippet keeps 512 MiB (issue 26);
+    a declared ``ram_mib`` wins either way."""
+    suite = declare(
+        "test_execution",
+        Policy(),
+        toolchain="/usr/bin/python3",
+        toolchain_version="CPython 3.11",
+        enforced={},
+        repo_view="copy",
+        max_cores=2.0,
+        request_type="run_suite",
+    )
+    assert suite.ram_cap_mib == DEFAULT_SUITE_RAM_MIB == 4096
+    assert default_ram_mib("run_suite") == 4096 and default_ram_mib("run_entry") == 512
+    declared = declare(
+        "test_execution",
+        Policy(ram_mib=256),
+        toolchain="/usr/bin/python3",
+        toolchain_version="CPython 3.11",
+        enforced={},
+        repo_view="copy",
+        max_cores=2.0,
+        request_type="run_suite",
+    )
+    assert declared.ram_cap_mib == 256
 
 
 def test_overrides_are_recorded_and_realized() -> None:

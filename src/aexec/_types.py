@@ -57,6 +57,19 @@ FAILURE_ORDER: Final[tuple[FailureClass, ...]] = (
 #: §3.2 isolation defaults.
 DEFAULT_CPU_CORES: Final = 1.0
 DEFAULT_RAM_MIB: Final = 512
+#: A test suite's (``run_suite``) default RAM: a project's own tests (thread pools,
+#: numpy, a compiler) need more than a snippet, and SWE-bench's harness runs them with
+#: no cap at all. The memory cgroup charges only what is used, so a roomy cap costs
+#: nothing until it is used; under the RLIMIT_AS fallback 4 GiB still holds a few
+#: hundred threads' 8 MiB stack reservations.
+DEFAULT_SUITE_RAM_MIB: Final = 4096
+
+
+def default_ram_mib(request_type: str) -> int:
+    """The RAM cap a request gets when its policy declares none."""
+    return DEFAULT_SUITE_RAM_MIB if request_type == "run_suite" else DEFAULT_RAM_MIB
+
+
 DEFAULT_TIMEOUT_S: Final[dict[Mode, float]] = {
     "compile_parse": 60.0,
     "targeted_execution": 30.0,

@@ -1,10 +1,11 @@
 """Run cgroups: one per run, under aexec's own, on cgroup v1 and v2 alike.
 
 A run's cgroups hold it to a CPU quota (``cpu_cap_cores``), a memory cap for the whole
-tree (scratch tmpfs included), and a process cap; ``cgroup.kill`` (v2) kills everything
+tree (scratch tmpfs included; where it holds, it is the run's only memory cap: no
+RLIMIT_AS, which would count every thread's stack reservation as used), and a process cap; ``cgroup.kill`` (v2) kills everything
 in them at once, and on a v1-only machine the processes listed in them are killed one
 by one. ``cpu.stat`` and ``cpu.pressure`` tell `Admission` whether a run is busy, and
-``memory.events`` whether the memory cap killed something.
+``memory.events`` (v2) or ``memory.oom_control`` (v1) whether the memory cap was hit.
 
 Run cgroups are named ``aexec-<supervisor pid>-<run>``: those of a dead supervisor are
 swept by ``aexec._boundary.leftovers``.
@@ -64,13 +65,21 @@ class Cgroups:
     def procs_files(self, run: str) -> list[str]:
         return [os.path.join(d, "cgroup.procs") for d in self.dirs(run)]
 
+    @property
+    def memory(self) -> bool:
+        """A run's memory cgroup holds (v1 or v2): RLIMIT_AS is then not set."""
+        return "memory" in self.v1 or "memory" in self.v2_controllers
+
     def describe(self) -> dict[str, str]:
         have = set(self.v1) | set(self.v2_controllers)
         out = {}
         if "cpu" in have:
             out["cpu"] = "cgroup CPU quota of cpu_cap_cores (RLIMIT_CPU as a backstop)"
-        if "memory" in have:
-            out["ram_tree"] = "memory cgroup: the whole tree, scratch files included, within ram + disk caps"
+        if self.memory:
+            out["ram"] = (
+                "memory cgroup: the whole tree (every process and thread, scratch files included)"
+                " within ram + disk caps; an OOM kill is resource; no RLIMIT_AS"
+            )
         if "pids" in have:
             out["processes"] = "pids cgroup"
         return out
@@ -78,6 +87,8 @@ class Cgroups:
     def create(self, run: str, caps: Caps) -> None:
         quota = max(1000, round(caps.cpu_cores * _CPU_PERIOD_US))
         writes: list[tuple[str, str]] = []
+        # Best effort: swap is capped with RAM where the kernel accounts it (v1 memsw).
+        optional: list[tuple[str, str]] = []
         for kind, root in self.v1.items():
             d = os.path.join(root, os.path.basename(self.dirs(run)[0]))
             if kind == "cpu":
@@ -87,6 +98,7 @@ class Cgroups:
                 ]
             elif kind == "memory":
                 writes.append((f"{d}/memory.limit_in_bytes", str(caps.memory_bytes)))
+                optional.append((f"{d}/memory.memsw.limit_in_bytes", str(caps.memory_bytes)))
             elif kind == "pids":
                 writes.append((f"{d}/pids.max", str(caps.pids)))
         if self.v2 is not None:
@@ -102,6 +114,8 @@ class Cgroups:
                 os.mkdir(d)
         for path, value in writes:
             _write_or_raise(path, value)
+        for path, value in optional:
+            _write(path, value)
 
     def kill(self, run: str) -> None:
         """Kill every process of the run's cgroups; none can leave them."""
@@ -140,6 +154,8 @@ class Cgroups:
         return (usage + waited) / 1e6
 
     def oom_killed(self, run: str) -> bool:
+        """The run's memory cgroup hit its cap: the OOM killer ran (v2 ``memory.events``
+        ``oom`` / ``oom_kill``) or killed something (v1 ``memory.oom_control`` ``oom_kill``)."""
         name = os.path.basename(self.dirs(run)[0])
         files = []
         if "memory" in self.v1:
@@ -154,7 +170,7 @@ class Cgroups:
                 continue
             for line in text.splitlines():
                 key, _, value = line.partition(" ")
-                if key == "oom_kill" and value.strip() not in ("", "0"):
+                if key in ("oom", "oom_kill") and value.strip() not in ("", "0"):
                     return True
         return False
 

@@ -53,9 +53,9 @@ class Isolation:
 
     @property
     def enforced(self) -> dict[str, str]:
-        rlimits = "RLIMIT_AS per process"
         out = {
-            "ram": rlimits,
+            # A memory cgroup (`Cgroups.describe`) replaces it where one holds.
+            "ram": "RLIMIT_AS per process at the RAM cap (thread stacks count against it)",
             "cpu": "RLIMIT_CPU backstop above the deadline (no core cap)",
             "disk": "RLIMIT_FSIZE per file only",
             "open_files": "RLIMIT_NOFILE",

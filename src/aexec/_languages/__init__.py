@@ -128,7 +128,8 @@ def steps(
     ``build_check`` builds only (javascript: a syntax check; sql: every statement
     prepared, none of the data statements run); ``run_entry`` builds, then runs. ``tools``
     maps an executable's name to the path to run; ``ram_mib`` (the memory cap) sizes the
-    JVM's and V8's heaps below it, so running out is the runtime's own report.
+    JVM's and V8's heaps below it, and SQLite's ``hard_heap_limit`` at it, so running out
+    is the runtime's own report.
     """
     _check(language, request_type)
     if language in ("c", "cpp"):
@@ -139,7 +140,7 @@ def steps(
         return java.steps(request_type, scratch, tools, ram_mib)
     if language == "javascript":
         return javascript.steps(request_type, scratch, tools, ram_mib)
-    return sql.steps(request_type, scratch, tools)
+    return sql.steps(request_type, scratch, tools, ram_mib)
 
 
 def version_argv(language: Language, *, tools: Mapping[str, str] | None = None) -> tuple[str, ...]:

@@ -93,13 +93,22 @@ def support_files(request_type: LangRequestType, code: str) -> dict[str, str]:
     return {PREPARE_FILE: prepare_script(code)} if request_type == "build_check" else {}
 
 
-def steps(request_type: LangRequestType, scratch: str, tools: Mapping[str, str] | None) -> tuple[Step, ...]:
-    """``build_check``: the shell over the EXPLAIN copy; ``run_entry``: over the script."""
+def steps(
+    request_type: LangRequestType, scratch: str, tools: Mapping[str, str] | None, ram_mib: int | None = None
+) -> tuple[Step, ...]:
+    """``build_check``: the shell over the EXPLAIN copy; ``run_entry``: over the script,
+    with SQLite's heap capped at ``ram_mib`` (``PRAGMA hard_heap_limit``, its echo sent to
+    /dev/null): past it the statement fails "out of memory" at its line, as under
+    RLIMIT_AS, where the run's memory cgroup (RAM + disk) would let it grow further."""
     shell = tool(tools, "sqlite3")
     if request_type == "build_check":
         argv = (shell, "-bail", "-batch", "-cmd", ".output /dev/null", ":memory:", f".read {PREPARE_FILE}")
         return (Step("prepare", argv, scratch),)
-    return (Step(RUN_STEP, (shell, "-bail", "-batch", ":memory:", f".read {SOURCE}"), scratch),)
+    heap: tuple[str, ...] = ()
+    if ram_mib:
+        limit = f"PRAGMA hard_heap_limit={ram_mib << 20}"
+        heap = ("-cmd", ".output /dev/null", "-cmd", limit, "-cmd", ".output")
+    return (Step(RUN_STEP, (shell, "-bail", "-batch", *heap, ":memory:", f".read {SOURCE}"), scratch),)
 
 
 def version_argv(tools: Mapping[str, str] | None) -> tuple[str, ...]:

@@ -256,6 +256,7 @@ async def run_once(
                 touched_sources=_existing(scratch.work, [*touched, *(oracle or ())]),
                 cgroup_procs=tuple(cgroups.procs_files(run_name)) if cgroups is not None else (),
                 box=box_facts,
+                memory_cgroup=cgroups is not None and cgroups.memory,
                 language=candidate.language,
                 request_type=candidate.request_type,
                 lang_tools=() if lang is None else lang.tools,

@@ -183,6 +183,7 @@ class Session:
             repo_view="copy" if candidate.repo is not None else "none",
             repo_ro=self.isolation.namespaces,
             max_cores=float(os.cpu_count() or 1),
+            request_type=candidate.request_type,
         )
         repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
         version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)

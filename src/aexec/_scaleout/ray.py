@@ -66,7 +66,7 @@ from .._records import Candidate, ExecutionObservation
 from .._stages.assemble import unobserved
 from .._stages.classify import Classification, Runner
 from .._stages.keys import cache_key
-from .._types import DEFAULT_CPU_CORES, DEFAULT_RAM_MIB
+from .._types import DEFAULT_CPU_CORES, default_ram_mib
 
 __all__ = ["RayExecutor", "observe_many_ray"]
 
@@ -295,7 +295,7 @@ def _submission_key(candidate: Candidate, repo_key: str | None) -> str:
 
 def _resources(candidate: Candidate) -> dict[str, Any]:
     cores = candidate.policy.cpu_cores or DEFAULT_CPU_CORES
-    ram_mib = candidate.policy.ram_mib or DEFAULT_RAM_MIB
+    ram_mib = candidate.policy.ram_mib or default_ram_mib(candidate.request_type)
     return {"num_cpus": float(cores), "memory": int(ram_mib) * 1024 * 1024}
 
 

@@ -92,6 +92,8 @@ class RunFacts:
     #: ``cgroup.procs`` files of the run's cgroups (none without cgroups).
     cgroup_procs: tuple[str, ...]
     box: BoxFacts | None
+    #: The run's memory cgroup caps its tree: no RLIMIT_AS then (`plan`).
+    memory_cgroup: bool = False
     #: A language beyond Python (the ``steps`` runner): its name, request type and tools.
     language: str = "python"
     request_type: str = ""
@@ -164,8 +166,8 @@ def candidate_env(scratch: Scratch, python: str, *, autoload: bool = True) -> di
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "NO_COLOR": "1",
-        # glibc reserves 64 MiB of address space per thread arena; under RLIMIT_AS a
-        # few threads would otherwise look like a memory cap being hit.
+        # glibc reserves 64 MiB of address space per thread arena; under the RLIMIT_AS
+        # fallback a few threads would otherwise look like a memory cap being hit.
         "MALLOC_ARENA_MAX": "2",
     }
     if not autoload:
@@ -224,24 +226,26 @@ def view_readonly(
 
 
 #: Languages whose runtimes reserve far more address space than they use (the JVM's
-#: class space and code cache, V8's code range): RLIMIT_AS is lifted for their program
-#: too. Every build step (a compiler: rustc maps LLVM, javac is a JVM) gets it lifted.
+#: class space and code cache, V8's code range): under the RLIMIT_AS fallback (no memory
+#: cgroup) it is lifted for their program too. Every build step (a compiler: rustc maps
+#: LLVM, javac is a JVM) gets it lifted.
 ADDRESS_SPACE_HUNGRY = frozenset({"java", "javascript"})
-#: ``RLIM_INFINITY``.
-UNLIMITED = -1
-#: Without the memory cgroup, a lifted RLIMIT_AS is this backstop instead (javac asks
-#: ~4 GiB); the heap flags sized from the RAM cap (``-Xmx``, ``--max-old-space-size``)
-#: bound a JVM's or V8's heap.
+#: Without the memory cgroup, a lifted RLIMIT_AS is this backstop (javac asks ~4 GiB);
+#: the heap flags sized from the RAM cap (``-Xmx``, ``--max-old-space-size``) bound a
+#: JVM's or V8's heap.
 HUNGRY_ADDRESS_SPACE_BYTES = 8 << 30
 
 
-def lang_steps(facts: RunFacts, env: Environment, address_space: int) -> tuple[list[StepSpec], int]:
+def lang_steps(
+    facts: RunFacts, env: Environment, address_space: int | None
+) -> tuple[list[StepSpec], int | None]:
     """The ``steps`` runner's steps, and the RLIMIT_AS of the driver's child over them.
 
-    A build step, and a JVM's or V8's program, gets RLIMIT_AS lifted: with the memory
-    cgroup on, it is unlimited and the cgroup's cap (RAM + disk, the whole tree) holds the
-    line; without, `HUNGRY_ADDRESS_SPACE_BYTES`. A native program keeps the declared cap.
-    The child keeps the highest limit any step needs; a step lowers its own from there.
+    With the memory cgroup on (``address_space`` None) no step has RLIMIT_AS: the
+    cgroup's cap (RAM + disk, the whole tree) holds the line. Without it, a build step
+    and a JVM's or V8's program get RLIMIT_AS lifted to `HUNGRY_ADDRESS_SPACE_BYTES`; a
+    native program keeps the declared cap. The child keeps the highest limit any step
+    needs; a step lowers its own from there.
     """
     language: langs.Language = facts.language  # type: ignore[assignment]
     planned = langs.pipeline_steps(
@@ -256,7 +260,7 @@ def lang_steps(facts: RunFacts, env: Environment, address_space: int) -> tuple[l
     # A suite's runner (cargo, node --test, ctest) starts compilers, test binaries and
     # runtimes alike: every step is a build tool's, the memory cgroup holds the line.
     hungry = language in ADDRESS_SPACE_HUNGRY or facts.request_type == "run_suite"
-    lifted = UNLIMITED if facts.cgroup_procs else max(address_space, HUNGRY_ADDRESS_SPACE_BYTES)
+    lifted = None if address_space is None else max(address_space, HUNGRY_ADDRESS_SPACE_BYTES)
     child = lifted if planned else address_space
     out: list[StepSpec] = []
     for step in planned:
@@ -269,7 +273,7 @@ def lang_steps(facts: RunFacts, env: Environment, address_space: int) -> tuple[l
                 "env": dict(step.env),
                 "evidence_file": step.evidence_file,
                 "stdin_file": step.stdin_file,
-                "rlimits": {} if own == child else {"RLIMIT_AS": own},
+                "rlimits": {} if own == child or own is None else {"RLIMIT_AS": own},
                 "stdout_is_program": step.runs_candidate,
             }
         )
@@ -277,17 +281,21 @@ def lang_steps(facts: RunFacts, env: Environment, address_space: int) -> tuple[l
 
 
 def plan(facts: RunFacts, env: Environment) -> Plan:
-    """The driver's instructions for one run of ``facts`` held to ``env``."""
+    """The driver's instructions for one run of ``facts`` held to ``env``.
+
+    RLIMIT_AS is the RAM cap's fallback: planned only where no memory cgroup holds."""
     scratch = facts.scratch
     lim = limits(env)
     report = scratch.private_file("report.jsonl")
+    address_space = None if facts.memory_cgroup else lim.address_space_bytes
     rlimits = {
-        "RLIMIT_AS": lim.address_space_bytes,
         "RLIMIT_CPU": lim.cpu_seconds,
         "RLIMIT_FSIZE": lim.file_size_bytes,
         "RLIMIT_NOFILE": lim.open_files,
         "RLIMIT_CORE": 0,
     }
+    if address_space is not None:
+        rlimits["RLIMIT_AS"] = address_space
     box: Box | None = None
     if facts.box is not None:
         rlimits["RLIMIT_NPROC"] = lim.processes  # the uid is the run's alone
@@ -321,6 +329,8 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "steps": [],
     }
     if facts.runner == "steps":
-        instructions["steps"], rlimits["RLIMIT_AS"] = lang_steps(facts, env, lim.address_space_bytes)
+        instructions["steps"], child = lang_steps(facts, env, address_space)
+        if child is not None:
+            rlimits["RLIMIT_AS"] = child
     env_vars = candidate_env(scratch, facts.python, autoload=facts.autoload)
     return Plan(instructions=instructions, env=tuple(sorted(env_vars.items())), report=report)

@@ -15,13 +15,13 @@ from .._records import Environment, FsBoundary, Policy
 from .._types import (
     CPU_BACKSTOP_MARGIN_S,
     DEFAULT_CPU_CORES,
-    DEFAULT_RAM_MIB,
     DEFAULT_TIMEOUT_S,
     MAX_RAM_MIB,
     MAX_TIMEOUT_S,
     MIN_RAM_MIB,
     STREAM_CAP_BYTES,
     Mode,
+    default_ram_mib,
 )
 
 
@@ -35,10 +35,12 @@ def declare(
     repo_view: str,
     max_cores: float,
     repo_ro: bool = False,
+    request_type: str = "run_entry",
 ) -> Environment:
-    """The boundary a run in ``mode`` is held to. Raises `RequestError` on a bad override."""
+    """The boundary a run in ``mode`` is held to (a ``run_suite`` gets the suites' RAM
+    default, `default_ram_mib`). Raises `RequestError` on a bad override."""
     timeout = DEFAULT_TIMEOUT_S[mode] if overrides.timeout_s is None else float(overrides.timeout_s)
-    ram = DEFAULT_RAM_MIB if overrides.ram_mib is None else overrides.ram_mib
+    ram = default_ram_mib(request_type) if overrides.ram_mib is None else overrides.ram_mib
     cores = DEFAULT_CPU_CORES if overrides.cpu_cores is None else float(overrides.cpu_cores)
     if not 0 < timeout <= MAX_TIMEOUT_S:
         raise RequestError(f"policy.timeout_s must be in (0, {MAX_TIMEOUT_S:g}], got {timeout:g}")
@@ -68,6 +70,8 @@ def with_scratch(env: Environment, scratch_root: str) -> Environment:
 class Limits:
     """The kernel limits that realize a declared environment inside the candidate."""
 
+    #: RLIMIT_AS, the RAM cap's fallback: set only where no memory cgroup holds (an
+    #: address-space cap counts every thread's stack reservation as used).
     address_space_bytes: int
     cpu_seconds: int
     file_size_bytes: int

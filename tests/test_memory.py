@@ -1,0 +1,124 @@
+"""The memory cap (issue 26, defect 1): the memory cgroup caps the run's tree; RLIMIT_AS
+is the fallback where no memory cgroup holds.
+
+Under an address-space cap every thread's 8 MiB stack reservation counts as if it were
+used: 50 threads under 512 MiB failed with ``can't start new thread``, and runtimes that
+reserve address space they never touch (a JVM, Go, jemalloc, OpenBLAS) hit the same
+wall. These run the real thing: real threads, a real 4 GiB reservation, a real hog,
+through the warm fork server and cold, and with the cgroups forced off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aexec import Candidate, Options, observe, observe_many
+from aexec._boundary.isolation import detect_isolation
+
+from .conftest import MakeRepo
+
+pytestmark = pytest.mark.anyio
+
+BOX = detect_isolation()
+memory_cgroup = pytest.mark.skipif(
+    BOX.cgroups is None or "memory" not in {*BOX.cgroups.v1, *BOX.cgroups.v2_controllers},
+    reason="needs root and a memory cgroup",
+)
+
+THREADS = (
+    "import threading\n"
+    "gate = threading.Event()\n"
+    "threads = [threading.Thread(target=gate.wait, daemon=True) for _ in range(200)]\n"
+    "for t in threads:\n"
+    "    t.start()\n"
+    "gate.set()\n"
+    "for t in threads:\n"
+    "    t.join()\n"
+    "print(len(threads))\n"
+)
+#: 4 GiB of address space reserved, never touched (what a JVM or Go runtime does).
+#: (``mmap.PROT_NONE`` is new in Python 3.13; it is 0.)
+RESERVE = (
+    "import mmap\n"
+    "m = mmap.mmap(-1, 4 << 30, flags=mmap.MAP_PRIVATE, prot=getattr(mmap, 'PROT_NONE', 0))\n"
+    "print(len(m) >> 30)\n"
+)
+#: Memory really used, well past the default cap (RAM + disk: 1 GiB).
+HOG = "keep = []\nwhile True:\n    keep.append(bytearray(64 << 20))\n"
+
+SUITE = {
+    "tests/test_threads.py": """\
+        import threading
+
+
+        def test_two_hundred_threads():
+            gate = threading.Event()
+            threads = [threading.Thread(target=gate.wait, daemon=True) for _ in range(200)]
+            for t in threads:
+                t.start()
+            gate.set()
+            for t in threads:
+                t.join()
+            assert len(threads) == 200
+        """,
+}
+
+
+def snippet(code: str) -> Candidate:
+    return Candidate("run_entry", "snippet", code=code)
+
+
+WARM_AND_COLD = pytest.mark.parametrize("forkserver", [True, False], ids=["warm", "cold"])
+
+
+@memory_cgroup
+@WARM_AND_COLD
+async def test_threads_and_reservations_pass_and_a_hog_is_resource(forkserver: bool) -> None:
+    threads, reserve, hog = await observe_many(
+        [snippet(THREADS), snippet(RESERVE), snippet(HOG)], options=Options(forkserver=forkserver)
+    )
+    assert threads.verdict == "empty_success" and threads.stdout == "200\n", threads.stderr[-800:]
+    assert reserve.verdict == "empty_success" and reserve.stdout == "4\n", reserve.stderr[-800:]
+    assert hog.failure is not None and hog.failure.failure_class == "resource", (
+        hog.failure,
+        hog.stderr[-500:],
+    )
+    assert "memory cap (cgroup OOM)" in hog.failure.message
+    ram = threads.environment.enforced["ram"]
+    assert ram.startswith("memory cgroup") and "RLIMIT_AS" not in ram.replace("no RLIMIT_AS", ""), ram
+
+
+@memory_cgroup
+@WARM_AND_COLD
+async def test_a_suite_starting_200_threads_passes(make_repo: MakeRepo, forkserver: bool) -> None:
+    repo = make_repo(SUITE)
+    obs = await observe(
+        Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_threads.py"]),
+        options=Options(forkserver=forkserver),
+    )
+    assert obs.verdict == "pass", (obs.failure, obs.stdout[-800:], obs.stderr[-800:])
+    assert obs.environment.ram_cap_mib == 4096
+
+
+async def test_without_cgroups_rlimit_as_caps_memory_and_says_so(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """The fallback: no cgroup holds, so RLIMIT_AS does, and the record says so. A hog
+    is still `resource` (MemoryError), and a suite's larger default still fits 200
+    threads' stacks."""
+    opts = Options(cgroups=False)
+    repo = make_repo(SUITE)
+    hog, suite = await observe_many(
+        [
+            snippet(HOG),
+            Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_threads.py"]),
+        ],
+        options=opts,
+    )
+    assert hog.failure is not None and hog.failure.failure_class == "resource", (
+        hog.failure,
+        hog.stderr[-500:],
+    )
+    assert "MemoryError" in hog.failure.message
+    assert hog.environment.enforced["ram"].startswith("RLIMIT_AS")
+    assert suite.verdict == "pass", (suite.failure, suite.stdout[-800:], suite.stderr[-800:])
