@@ -8,6 +8,7 @@ import the optional parts lazily (inside functions, or through ``__getattr__``).
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -242,4 +243,4 @@ def test_public_surface() -> None:
     assert public - modules <= set(aexec.__all__)
     for name in aexec.__all__:
         assert hasattr(aexec, name)
-    assert aexec.__version__ == "0.1.0"
+    assert aexec.__version__ == importlib.metadata.version("aexec")  # one place: _api.VERSION

@@ -23,7 +23,7 @@ from ._records import Candidate, ExecutionObservation
 from ._stages import grade
 from ._stages.classify import Classification, Runner, check
 
-VERSION = "0.1.0"
+VERSION = "0.2.0"
 
 
 def validate(candidate: Candidate) -> tuple[Classification, Runner]:
