@@ -81,7 +81,7 @@ def small_corpus(root: Path) -> Path:
         suite("no-tests", label("empty_success"), tests=["tests/helpers.py"]),
         snip("type", "len(5)\n", label("fail", "type")),
         snip("syntax", "def broken(:\n", label("fail", "syntax")),
-        snip("resource", "buf = bytearray(600 << 20)\nprint(len(buf))\n", label("fail", "resource")),
+        snip("resource", "buf = bytearray(1200 << 20)\nprint(len(buf))\n", label("fail", "resource")),
         snip("dependency", "import aexec_no_such_module_xyz\n", label("fail", "dependency")),
         snip("ok", "print('fine')\n", label("empty_success")),
         # the two a raw transcript misreads: an import-time NameError, a misleading message
@@ -139,7 +139,8 @@ def test_ab_ablation_verdicts_follow_the_mechanical_rule(
     # no tamper check: the edited oracle is a pass again
     assert abl["anti-gaming"]["deltas"]["verdict_accuracy"] == pytest.approx(-1 / 11)
     assert abl["anti-gaming"]["verdict"] == "KEEP"
-    # no RAM cap: the 600 MiB allocation succeeds, an empty success instead of `resource`
+    # no RAM cap: the 1200 MiB allocation (over RAM + disk, the cgroup cap) succeeds,
+    # an empty success instead of `resource`
     assert abl["isolation"]["deltas"]["verdict_accuracy"] == pytest.approx(-1 / 11)
     assert abl["isolation"]["verdict"] == "KEEP"
     # the raw last line of a failed pytest run names no exception: the class is lost

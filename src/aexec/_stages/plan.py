@@ -65,7 +65,7 @@ class BoxFacts:
     supervisor_pids: tuple[int, ...]
     #: The syscall filter can be installed here (`aexec._boundary.isolation`).
     seccomp: bool = False
-    #: The host's /etc cut to what programs read (``aexec._boundary.view.make_etc``).
+    #: The host's /etc cut to what programs read (``aexec._boundary.scratch.make_etc``).
     etc: str | None = None
     #: The original repo (real path), kept out of the view.
     repo: str | None = None
