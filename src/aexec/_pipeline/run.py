@@ -220,7 +220,7 @@ async def run_once(
             written = await in_thread(_write_sources, scratch, job)
         elif candidate.code is not None:
             snippet = write_private(scratch, SNIPPET_NAME, candidate.code)
-        toolchain_paths = (*tool.paths, *(lang.paths if lang else ()), *session.options.readonly)
+        toolchain_paths = session.view_paths(tool, lang)
         roots = tuple(import_roots(scratch.work)) if candidate.repo is not None else (scratch.work,)
         mode = "pytest" if job.runner == "pytest" else "bare"
         autoload = candidate.pytest_plugins == "auto"

@@ -145,14 +145,16 @@ class Session:
         self.runs = 0
         self._environments: dict[str, tuple[Environment, Any]] = {}
 
+    def view_paths(self, tool: Toolchain, lang: LangToolchain | None) -> tuple[str, ...]:
+        """What a run's view binds read-only beyond the system directories: the
+        toolchain's prefixes and the paths `Options.readonly` declares."""
+        return (*tool.paths, *(lang.paths if lang else ()), *self.options.readonly)
+
     def _enforced(self, tool: Toolchain, lang: LangToolchain | None) -> dict[str, str]:
-        """The isolation's record, with what a view of ``tool`` (and ``lang``) binds
-        read-only beyond the system directories: the toolchain's prefixes and the paths
-        `Options.readonly` declares."""
+        """The isolation's record, with what a view of ``tool`` (and ``lang``) binds."""
         enforced = self.isolation.enforced
         if self.isolation.namespaces:
-            paths = (*tool.paths, *(lang.paths if lang else ()), *self.options.readonly)
-            bound, _ = view_readonly(paths, tool.path)
+            bound, _ = view_readonly(self.view_paths(tool, lang), tool.path)
             extra = [p for p in bound if p not in SYSTEM_PATHS]
             enforced = {
                 **enforced,
