@@ -51,11 +51,21 @@ EXPECTED = [["fail", "runtime", "out\n"], ["fail", "timeout", ""], ["error", Non
 def run(
     tmp_path: Path, backend: str, setup: str = "", teardown: str = "extra = None"
 ) -> tuple[str, str, Any]:
+    done, result = fresh_interpreter(tmp_path, SCRIPT.format(setup=setup, teardown=teardown), backend)
+    assert result["observed"] == EXPECTED
+    return done.stdout, done.stderr, result["extra"]
+
+
+def fresh_interpreter(
+    tmp_path: Path, script: str, backend: str
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """``script OUT BACKEND`` in a fresh interpreter with no AEXEC_/PYTEST_ variable and
+    nothing configured; it must exit 0, and what it wrote to OUT (JSON) is returned."""
     out = tmp_path / "result.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AEXEC_", "PYTEST_"))}
     env["TMPDIR"] = str(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(setup=setup, teardown=teardown), str(out), backend],
+        [sys.executable, "-c", script, str(out), backend],
         capture_output=True,
         text=True,
         timeout=300,
@@ -63,9 +73,7 @@ def run(
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    result = json.loads(out.read_text())
-    assert result["observed"] == EXPECTED
-    return done.stdout, done.stderr, result["extra"]
+    return done, json.loads(out.read_text())
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -179,20 +187,9 @@ with open(sys.argv[1], "w") as f:
 def test_a_discriminate_run_with_a_probe_writes_nothing_unconfigured(tmp_path: Path) -> None:
     """issue 26, defect 11: the probe step's events (``probe_call``, a rejected answer)
     and ``discriminated`` went to stdout through structlog's unconfigured default."""
-    out = tmp_path / "result.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AEXEC_", "PYTEST_"))}
-    env["TMPDIR"] = str(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", DISCRIMINATE, str(out), "asyncio"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
+    done, observed = fresh_interpreter(tmp_path, DISCRIMINATE, "asyncio")
     # The probe fired both times: its probes split the pair; the bad answer is no probe.
-    assert json.loads(out.read_text()) == [[True, 1, 2], [True, 0, 1]]
+    assert observed == [[True, 1, 2], [True, 0, 1]]
     assert done.stdout == "", "aexec printed to the application's stdout"
     assert done.stderr == "", "aexec wrote to stderr with no logging configured"
 

@@ -110,6 +110,19 @@ def diff_of(repo: Path, files: dict[str, str]) -> str:
     return out
 
 
+def run_swebench(preds: Path, instances: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``aexec swebench PREDS INSTANCES -o OUT --no-cache`` as a user runs it; it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-m", "aexec", "swebench", str(preds), str(instances), "-o", str(out), "--no-cache"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 @pytest.fixture
 def calc(tmp_path: Path) -> Path:
     return make_git_repo(tmp_path / "calc", {"calc/__init__.py": "", OPS: BUGGY, TESTS: TEST_OPS})
@@ -356,24 +369,7 @@ def test_swebench_command_end_to_end(tmp_path: Path, calc: Path, test_patch: str
     ]
     (data / "preds.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
     out = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aexec",
-            "swebench",
-            str(data / "preds.jsonl"),
-            str(data / "instances.json"),
-            "-o",
-            str(out),
-            "--no-cache",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_swebench(data / "preds.jsonl", data / "instances.json", out)
     assert "no instance 'calc__calc-99'" in done.stderr
     report = json.loads(out.read_text())
     assert report["schema_version"] == 2

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from .test_swebench import (
     diff_of,
     fix,
     make_git_repo,
+    run_swebench,
 )
 
 pytestmark = pytest.mark.anyio
@@ -196,24 +196,7 @@ def swebench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, An
     preds = [{"instance_id": i, "model_name_or_path": "m", "model_patch": p} for i, (_, p) in cases.items()]
     (root / "preds.json").write_text(json.dumps(preds))
     out = root / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aexec",
-            "swebench",
-            str(root / "preds.json"),
-            str(root / "instances.json"),
-            "-o",
-            str(out),
-            "--no-cache",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_swebench(root / "preds.json", root / "instances.json", out)
     report: dict[str, Any] = json.loads(out.read_text())
     return report, done.stderr
 
