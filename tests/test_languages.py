@@ -7,6 +7,7 @@ same programs live to show the recordings still match the installed toolchains.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import sys
@@ -165,6 +166,91 @@ def test_steps_are_plain_argv(language: Any, request_type: Any) -> None:
     }
     files = langs.language(language).support_files(request_type, "SELECT 1;\n")
     assert langs.language(language).source not in files
+
+
+def test_the_registry_holds_one_object_per_language() -> None:
+    assert list(LANGUAGES) == ["c", "cpp", "rust", "java", "javascript", "sql"]
+    for name, lang in LANGUAGES.items():
+        assert isinstance(lang, langs.Language) and lang.name == name and langs.language(name) is lang
+    assert {n: lang.runner().runner for n, lang in LANGUAGES.items() if lang.suite} == {
+        "c": "ctest",
+        "cpp": "ctest",
+        "rust": "cargo",
+        "javascript": "nodetest",
+    }
+    assert langs.SUITE_LANGUAGES == ("c", "cpp", "rust", "javascript")
+    with pytest.raises(ValueError, match="java has no test-suite runner"):
+        langs.language("java").runner()
+    # Python is the default path, not an entry; an unknown name says which ones there are.
+    for name in ("python", "cobol"):
+        with pytest.raises(ValueError, match=f"^unknown language '{name}'; expected one of c, cpp, rust,"):
+            langs.language(name)
+
+
+def test_the_pipeline_files_and_steps_come_from_the_object() -> None:
+    sql = langs.language("sql")
+    assert set(sql.files("run_entry", "SELECT 1;")) == {"main.sql", ".aexec_census.sql"}
+    assert set(sql.files("build_check", "SELECT 1;")) == {"main.sql", ".aexec_prepare.sql"}
+    run = sql.plan("run_entry", "/s", ram_mib=64)[-1]
+    assert run.argv[-1] == ".read .aexec_census.sql" and run.evidence_file == "/s/.aexec_tables.txt"
+    assert sql.tables(StepOutput("run", 0, diagnostics="t\t2\tABC\nempty\t0\tx\n")) == (("t", 2, "abc"),)
+    assert langs.language("c").tables(StepOutput("run", 0, diagnostics="t\t2\tABC\n")) == ()
+    js = langs.language("javascript")
+    assert set(js.files("run_suite", None)) == {".aexec_node_reporter.mjs"}
+    assert js.plan("run_suite", "/w", home="/h", tests=["test/a.test.js"])[0].argv[1] == "--test"
+    cargo = langs.language("rust").plan("run_suite", "/w", home="/h", tests=None)
+    assert ("CARGO_HOME", "/h/.aexec_cargo") in cargo[0].env
+    with pytest.raises(ValueError, match="sql has no test-suite runner"):
+        sql.files("run_suite", None)
+    with pytest.raises(ValueError, match="a snippet needs `code`"):
+        sql.files("run_entry", None)
+
+
+#: Where the pipeline may still name a language: Python is the default path.
+_DEFAULT = "python"
+SRC = Path(langs.__file__).resolve().parents[1]
+
+
+def _names_a_language(node: ast.expr) -> bool:
+    text = ast.unparse(node).lower()
+    return "lang" in text
+
+
+def test_no_module_dispatches_a_language_by_its_name() -> None:
+    """A language (or a runner) is one more object in the registry, not one more rung:
+    no ``language == "rust"`` / ``language in ("c", "cpp")`` outside the registry's
+    objects, no ``# type: ignore`` narrowing a name to a language, and no alias of a
+    private reader (``check_findings = _check_findings``)."""
+    names = set(LANGUAGES)
+    found: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text()
+        where = path.relative_to(SRC)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                consts = {
+                    c.value
+                    for side in sides
+                    for c in ast.walk(side)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                }
+                if consts & names and any(_names_a_language(s) for s in sides):
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "_" + node.targets[0].id.lstrip("_")
+                and "_languages" in str(where)
+            ):
+                found.append(f"{where}:{node.lineno}: alias {node.targets[0].id} = {node.value.id}")
+        for i, line in enumerate(text.splitlines(), 1):
+            if "type: ignore" in line and "lang" in line.lower():
+                found.append(f"{where}:{i}: {line.strip()}")
+    assert found == [], "\n".join(found)
+    assert _DEFAULT not in names
 
 
 def test_steps_use_the_resolved_tools_and_caps() -> None:

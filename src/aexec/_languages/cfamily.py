@@ -46,6 +46,8 @@ C_ERRORS: Final = (
     "-Werror=int-conversion",
     "-Werror=incompatible-pointer-types",
 )
+#: Flags of one language only: C's errors (C++ makes them errors already).
+EXTRA: Final[dict[CFamily, tuple[str, ...]]] = {"c": C_ERRORS, "cpp": ()}
 OBJECT: Final = "main.o"
 PROGRAM: Final = "main"
 
@@ -60,7 +62,6 @@ def steps(
     """Compile to an object file, link (``build_check`` stops here), then run (a native
     program: the memory cap is the kernel's, ``ram_mib`` sizes nothing)."""
     cc = tool(tools, COMPILER[language])
-    extra = C_ERRORS if language == "c" else ()
     compile_argv = (
         cc,
         STD[language],
@@ -68,7 +69,7 @@ def steps(
         "-fno-diagnostics-color",
         "-g",
         "-O0",
-        *extra,
+        *EXTRA[language],
         "-c",
         SOURCE[language],
         "-o",
