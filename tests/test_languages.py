@@ -20,6 +20,7 @@ import pytest
 from aexec import _languages as langs
 from aexec._languages import LANGUAGES, LangName, StepOutput
 from aexec._languages.sql import prepare_script
+from aexec._stages.assemble import touches_suite_oracle
 from aexec._types import FAILURE_ORDER, MESSAGE_CAP_CHARS
 
 DATA = Path(__file__).resolve().parent / "data" / "languages"
@@ -204,6 +205,9 @@ def test_the_pipeline_files_and_steps_come_from_the_object() -> None:
         sql.files("run_suite", None)
     with pytest.raises(ValueError, match="a snippet needs `code`"):
         sql.files("run_entry", None)
+    # The tamper guard of a snippet (every language's, suite or not) finds no test file.
+    for name in LANGUAGES:
+        assert not touches_suite_oracle(name, [], None, False)
 
 
 #: Where the pipeline may still name a language: Python is the default path.

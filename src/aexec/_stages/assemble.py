@@ -78,7 +78,9 @@ def touches_suite_oracle(
     are not known (None)."""
     if config_changed:
         return True
-    suite = langs.language(language).runner()
+    suite = langs.language(language).suite
+    if suite is None:  # a snippet's language: no test files, no runner to configure
+        return False
     whole_suite = selectors is None
     chosen = list(selectors or ())
     targets = [langs.split(s)[0] for s in chosen]
