@@ -21,7 +21,7 @@ from aexec import _languages as langs
 from aexec._languages import LANGUAGES, LangName, StepOutput
 from aexec._languages.sql import prepare_script
 from aexec._stages.assemble import touches_suite_oracle
-from aexec._types import FAILURE_ORDER, MESSAGE_CAP_CHARS
+from aexec._types import FAILURE_ORDER, LANGUAGE_NAMES, MESSAGE_CAP_CHARS
 
 DATA = Path(__file__).resolve().parent / "data" / "languages"
 FIXTURES = sorted(DATA.glob("*/*.json"))
@@ -171,6 +171,8 @@ def test_steps_are_plain_argv(language: Any, request_type: Any) -> None:
 
 def test_the_registry_holds_one_object_per_language() -> None:
     assert list(LANGUAGES) == ["c", "cpp", "rust", "java", "javascript", "sql"]
+    # what a request may name (checked in layer 1, below the registry): python and these
+    assert LANGUAGE_NAMES[1:] == tuple(LANGUAGES) and LANGUAGE_NAMES[0] == "python"
     for name, lang in LANGUAGES.items():
         assert isinstance(lang, langs.Language) and lang.name == name and langs.language(name) is lang
     assert {n: lang.runner().runner for n, lang in LANGUAGES.items() if lang.suite} == {
