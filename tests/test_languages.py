@@ -175,7 +175,7 @@ def test_the_registry_holds_one_object_per_language() -> None:
     assert LANGUAGE_NAMES[1:] == tuple(LANGUAGES) and LANGUAGE_NAMES[0] == "python"
     for name, lang in LANGUAGES.items():
         assert isinstance(lang, langs.Language) and lang.name == name and langs.language(name) is lang
-    assert {n: lang.runner().runner for n, lang in LANGUAGES.items() if lang.suite} == {
+    assert {n: lang.runner().name for n, lang in LANGUAGES.items() if lang.suite} == {
         "c": "ctest",
         "cpp": "ctest",
         "rust": "cargo",

@@ -330,7 +330,7 @@ def oracle_text(path: str, text: str | None) -> str | None:
 
 #: ``cargo test`` (Rust).
 SUITE: Final = Suite(
-    runner="cargo",
+    name="cargo",
     tools=("cargo",),
     steps=steps,
     parse=parse,

@@ -383,7 +383,7 @@ def oracle_text(path: str, text: str | None) -> str | None:
 
 def _suite(language: CFamily) -> Suite:
     return Suite(
-        runner="ctest",
+        name="ctest",
         tools=("cmake", "ctest"),
         steps=steps,
         parse=partial(parse, language),

@@ -277,7 +277,7 @@ def oracle_text(path: str, text: str | None) -> str | None:
 
 #: ``node --test`` (JavaScript).
 SUITE: Final = Suite(
-    runner="nodetest",
+    name="nodetest",
     tools=(),
     steps=steps,
     parse=parse,

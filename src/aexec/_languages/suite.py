@@ -101,7 +101,7 @@ class Suite:
     """
 
     #: The runner's name: ``cargo``, ``nodetest``, ``ctest``.
-    runner: str
+    name: str
     #: Executables it needs beyond its language's ``tools`` (looked up the same way).
     tools: tuple[str, ...]
     _steps: SuiteSteps
