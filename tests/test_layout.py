@@ -287,3 +287,18 @@ def test_public_surface() -> None:
     for name in aexec.__all__:
         assert hasattr(aexec, name)
     assert aexec.__version__ == importlib.metadata.version("aexec")  # one place: _version.VERSION
+
+
+def test_one_name_per_idea() -> None:
+    """Issue 28: ``check`` (a request's rules; it also named classify-and-route),
+    ``selection`` (what a run selects; it also named pytest's arguments for it) and
+    ``verdict_of`` (an observation's verdict; it also named an ablation's KEEP/DELETE)
+    each name one function now."""
+    defined: dict[str, list[str]] = {}
+    for name, path in _modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defined.setdefault(node.name, []).append(name)
+    assert defined["check"] == ["_stages.grade"]
+    assert defined["selection"] == ["_stages.grade"]
+    assert defined["verdict_of"] == ["_stages.assemble"]
