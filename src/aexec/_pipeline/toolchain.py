@@ -9,7 +9,6 @@ they change.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ import anyio
 import attrs
 
 from .._errors import RequestError
-from .._stages.keys import cache_key
+from .._stages.keys import lang_fingerprint, toolchain_key
 from .cache import DiskCache, Inflight, in_thread
 
 #: How long asking an interpreter for its version and packages may take.
@@ -126,7 +125,7 @@ class Toolchains:
             os.stat(python)
         except OSError as e:
             raise RequestError(f"python: {python!r} does not exist") from e
-        disk_key = cache_key(role="toolchain", python=python, aexec=self._version)
+        disk_key = toolchain_key(python, aexec=self._version)
 
         async def probe() -> Toolchain:
             known = self._known.get(python)
@@ -242,12 +241,11 @@ async def probe_language(language: str) -> LangToolchain:
     if rc != 0 or not version:
         raise RequestError(f"language {language!r}: the version probe failed ({(err or out).strip()[:200]})")
     stamps = await in_thread(stamp, tools.values())
-    h = hashlib.sha256(json.dumps([language, version, sorted(tools.items()), stamps]).encode())
     return LangToolchain(
         language,
         tuple(sorted(tools.items())),
         version,
-        h.hexdigest(),
+        lang_fingerprint(language, version, tools, stamps),
         tuple(sorted(set(paths))),
         stamps,
     )

@@ -35,7 +35,7 @@ from .._stages.assemble import (
 from .._stages.classify import Classification
 from .._stages.envfault import defined_in, env_fault, pristine_fault, wanted
 from .._stages.grade import oracle_paths_touched, would_resolve
-from .._stages.keys import artifact_version, cache_key
+from .._stages.keys import before_key, unpatched_key
 from .._stages.normalize import failures
 from .._stages.policy import with_scratch
 from .._types import TestVerdict
@@ -66,24 +66,15 @@ async def observe_one(session: Session, job: Job) -> ExecutionObservation:
     return obs
 
 
-def _oracle(job: Job) -> dict[str, str]:
-    """The oracle's part of a before-run's key (nothing without one: keys unchanged)."""
-    return {} if job.candidate.test_patch is None else {"test_patch": job.candidate.test_patch}
-
-
 async def _before(session: Session, job: Job, oracle: list[str]) -> dict[str, TestVerdict]:
     """Per-test verdicts of the selection on the unpatched repo (cached, shared); with a
     ``test_patch``, on the unpatched repo with the oracle applied (SWE-bench's before)."""
-    key = cache_key(
+    key = before_key(
+        job.candidate,
         aexec=session.version,
-        role="before",
-        code=artifact_version(job.repo_hash, None, None, None),
+        repo_hash=job.repo_hash,
         environment=job.declared,
-        tests=job.candidate.tests,
         toolchain=job.tool.fingerprint,
-        **_oracle(job),
-        plugins=job.candidate.pytest_plugins,
-        **({"command": job.candidate.command} if job.candidate.command else {}),
     )
 
     async def run() -> dict[str, TestVerdict]:
@@ -98,16 +89,13 @@ async def _unpatched(session: Session, job: Job, oracle: list[str]) -> tuple[Run
     """The job's selection on its repo as it is, run once per call (§3.6): the before-run
     of every patched candidate and the first run of an unpatched one share it."""
     c = job.candidate
-    key = cache_key(
+    key = unpatched_key(
+        c,
+        job.runner,
         aexec=session.version,
-        role="unpatched",
-        code=artifact_version(job.repo_hash, None, c.code, c.command),
+        repo_hash=job.repo_hash,
         environment=job.declared,
-        tests=c.tests,
-        runner=job.runner,
         toolchain=job.tool.fingerprint,
-        **_oracle(job),
-        plugins=c.pytest_plugins,
     )
 
     async def run() -> tuple[Run, bool]:

@@ -116,7 +116,7 @@ class Plan:
         return dict(self.env)
 
 
-def selection(tests: Sequence[str] | None) -> list[str]:
+def selection_args(tests: Sequence[str] | None) -> list[str]:
     """pytest's arguments for a selection: all of the suite, these selectors, or nothing."""
     if tests is None:
         return []
@@ -179,7 +179,7 @@ def pytest_args(facts: RunFacts) -> list[str]:
     """What pytest is asked: aexec's fixed options, then the request's selection — or, for
     a ``command`` that runs pytest (`pytest_command` chose the pytest runner), its own
     pytest arguments."""
-    chosen = selection(facts.tests)
+    chosen = selection_args(facts.tests)
     if facts.runner == "pytest" and facts.argv:
         chosen = list(facts.argv[1:] if facts.argv[0] in ("pytest", "py.test") else facts.argv[3:])
     cache = f"cache_dir={os.path.join(facts.scratch.tmp, 'pytest-cache')}"
