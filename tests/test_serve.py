@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -201,6 +202,22 @@ def test_the_openapi_description_and_health(server: str) -> None:
     assert httpx.get(f"{server}/health").json()["status"] == "ok"
     metrics = httpx.get(f"{server}/metrics").json()
     assert metrics["in_flight"] == 0 and metrics["jobs"] == 4
+
+
+def test_the_readme_client_example_runs_as_written(server: str) -> None:
+    """The README's five-line client, pointed at this server instead of port 8080."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("## Serve it over HTTP", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None and "http://127.0.0.1:8080" in code.group(1)
+    assert len(code.group(1).strip().splitlines()) <= 5
+    done = subprocess.run(
+        [sys.executable, "-c", code.group(1).replace("http://127.0.0.1:8080", server)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, "Success 42\n"), done.stderr
 
 
 def test_off_loopback_without_a_token_it_refuses_to_start(tmp_path: Path) -> None:
