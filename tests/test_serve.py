@@ -111,12 +111,17 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    server = Server("--jobs", "4")
+def process() -> Iterator[Server]:
+    server = Server("--jobs", "4", "-v")
     try:
-        yield server.url
+        yield server
     finally:
         assert server.stop() == 0, "".join(server.lines)
+
+
+@pytest.fixture
+def server(process: Server) -> str:
+    return process.url
 
 
 def request(language: str, case: str) -> RunCodeRequest:
@@ -196,12 +201,16 @@ def test_what_aexec_cannot_run_gets_sandboxfusions_own_422(
     assert f'"loc":["body","{field}"]' in str(caught.value)
 
 
-def test_the_openapi_description_and_health(server: str) -> None:
+def test_the_openapi_description_health_and_access_events(process: Server) -> None:
+    server = process.url
     spec = httpx.get(f"{server}/openapi.json").json()
     assert {"/run_code", "/observe", "/observe_many", "/health", "/metrics"} <= set(spec["paths"])
     assert httpx.get(f"{server}/health").json()["status"] == "ok"
     metrics = httpx.get(f"{server}/metrics").json()
     assert metrics["in_flight"] == 0 and metrics["jobs"] == 4
+    # one structlog access event per request, through aexec's logger (shown at -v)
+    events = [line for line in process.lines if "http_request" in line and "path=/metrics" in line]
+    assert events and "status=200" in events[-1] and "method=GET" in events[-1], process.lines[-5:]
 
 
 def test_the_readme_client_example_runs_as_written(server: str) -> None:

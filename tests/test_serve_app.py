@@ -93,13 +93,16 @@ async def test_observe_and_observe_many_in_input_order() -> None:
         assert metrics["done_by_verdict"] == {"empty_success": 2, "fail": 1}
 
 
-async def test_a_client_that_goes_away_has_its_run_killed() -> None:
+@pytest.mark.parametrize("path", ["/observe", "/observe_many", "/run_code"])
+async def test_a_client_that_goes_away_has_its_run_killed(path: str) -> None:
     marker = f"serve-gone-{uuid.uuid4().hex}"
+    code = sleeper(marker)
+    body = {"code": code, "language": "python"} if path == "/run_code" else snippet(code)
     async with running() as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             with anyio.move_on_after(20):
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(post, client, "/observe", snippet(sleeper(marker)))
+                    tg.start_soon(post, client, path, body)
                     while not live_pids_with(marker):
                         await anyio.sleep(0.1)
                     tg.cancel_scope.cancel()  # the client gives up: its connection closes
