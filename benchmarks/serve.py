@@ -8,10 +8,11 @@ Needs ``pip install -e '.[serve]'`` (and ``httpx``, a dependency of aexec). Star
 in one run, on the same ``N`` distinct snippets (Python, JavaScript, C++, Rust, Java:
 passes, crashes, compile errors):
 
-* **sequential latency** — each snippet alone, one after another: through the server
-  (``POST /run_code``, SandboxFusion's API) and through the library (``aexec.observe``
-  with one shared observer, the call the server makes): p50/p99; the difference of the
-  medians is the service's own cost per request (HTTP, JSON, the mapping);
+* **sequential latency** — each snippet alone, through the library (``aexec.observe``
+  with one shared observer, the call the server makes) and then through the server
+  (``POST /run_code``, SandboxFusion's API), in turn: p50/p99 of each, and the median of
+  the per-snippet differences, the service's own cost per request (HTTP, JSON, the
+  mapping);
 * **throughput** — the same snippets with ``J`` concurrent clients through the server,
   against ``aexec observe CASES.jsonl --no-cache --jobs J`` (the command line, which
   includes its own start-up of about a second): requests/s;
@@ -152,15 +153,29 @@ async def through_server(url: str, bodies: list[dict[str, Any]], clients: int) -
     }
 
 
-async def through_library(bodies: list[dict[str, Any]]) -> dict[str, Any]:
-    latencies = []
-    async with aexec.observer(aexec.Options()) as own:
-        await aexec.observe(sandboxfusion.request({"code": "pass", "language": "python"}), observer=own)
+async def sequential(url: str, bodies: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each snippet alone, through the library and through the server in turn (so both
+    see the same machine, whatever else it is doing): p50/p99 of each."""
+    library, server = [], []
+    async with aexec.observer(aexec.Options()) as own, httpx.AsyncClient(base_url=url, timeout=600) as client:
+        warm = {"code": "pass", "language": "python"}
+        await aexec.observe(sandboxfusion.request(warm), observer=own)
+        await post(client, warm)
         for body in bodies:
             t0 = time.perf_counter()
             await aexec.observe(sandboxfusion.request(body), observer=own)
-            latencies.append(time.perf_counter() - t0)
-    return {"p50_ms": round(pct(latencies, 0.5) * 1000, 1), "p99_ms": round(pct(latencies, 0.99) * 1000, 1)}
+            library.append(time.perf_counter() - t0)
+            server.append((await post(client, body))[1])
+
+    def summary(values: list[float]) -> dict[str, float]:
+        return {"p50_ms": round(pct(values, 0.5) * 1000, 1), "p99_ms": round(pct(values, 0.99) * 1000, 1)}
+
+    overhead = [s - lib for s, lib in zip(server, library, strict=True)]
+    return {
+        "library": summary(library),
+        "server": summary(server),
+        "overhead_p50_ms": round(pct(overhead, 0.5) * 1000, 1),
+    }
 
 
 def through_cli(bodies: list[dict[str, Any]], jobs: int, tmp: str) -> dict[str, Any]:
@@ -254,19 +269,14 @@ def main() -> int:
     load = [snippet(k, 100_000 + i) for i, k in enumerate(kinds)]
     report: dict[str, Any] = {"cores": os.cpu_count(), "jobs": args.jobs, "snippets": args.snippets}
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
-        report["library_sequential"] = anyio.run(through_library, compare)
         report["cli_observe"] = through_cli(compare, args.jobs, tmp)
         scratch = os.path.join(tmp, "scratch")
         os.mkdir(scratch)
         proc, url = start(args.jobs, scratch)
         try:
-            seq = anyio.run(through_server, url, compare, 1)
-            report["server_sequential"] = {k: v for k, v in seq.items() if k != "answers"}
+            report["sequential"] = anyio.run(sequential, url, compare)
             conc = anyio.run(through_server, url, compare, args.jobs)
             report["server_concurrent"] = {k: v for k, v in conc.items() if k != "answers"}
-            report["overhead_p50_ms"] = round(
-                report["server_sequential"]["p50_ms"] - report["library_sequential"]["p50_ms"], 1
-            )
             result = anyio.run(through_server, url, load, args.clients)
             answers = result.pop("answers")
             wrong = [

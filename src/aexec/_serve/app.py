@@ -361,7 +361,11 @@ class _Access:
             )
             await answer(scope, receive, sending)
         else:
-            await self.app(scope, receive, sending)
+            try:
+                await self.app(scope, receive, sending)
+            except Exception:
+                log.exception("http_error", method=scope.get("method"), path=path)
+                raise
         client = scope.get("client") or ("", 0)
         log.info(
             "http_request",

@@ -13,7 +13,6 @@ scratch roots — and the observer's warm interpreters are stopped before the ca
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
 import signal
 import socket
@@ -83,6 +82,10 @@ def listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Inherited by every accepted connection (Hypercorn sets it only on the sockets it
+    # binds itself): without it, a response written in two parts may wait for the
+    # client's delayed ACK (Nagle's algorithm).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as e:
@@ -114,7 +117,7 @@ async def serve(
         hc.bind = [f"fd://{os.dup(sock.fileno())}"]
         hc.graceful_timeout = config.grace
         hc.accesslog = None
-        hc.errorlog = logging.getLogger("aexec.serve.hypercorn")
+        hc.errorlog = None  # the application logs its own errors, through aexec._log
         hc.keep_alive_timeout = 75.0
         async with make_observer(options) as obs:
             app = build(Settings(obs, config.jobs, config.queue, config.max_body, config.token))
