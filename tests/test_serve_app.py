@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 
 
 @asynccontextmanager
-async def running(**config: object) -> AsyncIterator[str]:
+async def running(supervisor: aexec.Supervisor | None = None, **config: object) -> AsyncIterator[str]:
     """A server on a free loopback port, on this test's backend, stopped at the end."""
     stop = anyio.Event()
     url: list[str] = []
@@ -37,7 +37,11 @@ async def running(**config: object) -> AsyncIterator[str]:
 
     cfg = ServeConfig(**{"port": 0, "jobs": 2, "queue": 8, "grace": 1.0, **config})  # type: ignore[arg-type]
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: serve(cfg, aexec.Options(), on_ready=on_ready, stop=stop, signals=False))
+        tg.start_soon(
+            lambda: serve(
+                cfg, aexec.Options(), on_ready=on_ready, stop=stop, signals=False, supervisor=supervisor
+            )
+        )
         with anyio.fail_after(30):
             await ready.wait()
         try:
@@ -157,3 +161,23 @@ async def test_concurrent_calls_on_one_observer_share_its_fork_server() -> None:
             for i in range(8):
                 tg.start_soon(one, i)
     assert sorted(o.stdout for o in results) == [f"{i}\n" for i in range(8)], [o.error for o in results]
+
+
+class Broken:
+    """A supervisor that fails: aexec's own failure, not the candidate's."""
+
+    async def execute(self, invocation: aexec.Invocation) -> aexec.RawRun:
+        raise RuntimeError("the supervisor broke")
+
+
+async def test_sandbox_error_is_aexecs_own_failure_only() -> None:
+    """``SandboxError`` when aexec could not observe the run (its ``error`` verdict), with
+    the reason; a candidate that fails is ``Failed`` (tests/test_serve.py, every language)."""
+    async with running(supervisor=Broken()) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+        r = await client.post("/run_code", json={"code": "print(1)", "language": "python"})
+        assert r.status_code == 200
+        answer = r.json()
+        assert answer["status"] == "SandboxError" and "the supervisor broke" in answer["message"], answer
+        assert answer["run_result"] is None
+        metrics = (await client.get("/metrics")).json()
+        assert metrics["run_code_by_status"] == {"SandboxError": 1}

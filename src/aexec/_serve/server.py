@@ -22,6 +22,7 @@ import anyio
 import attrs
 
 from .._api import observer as make_observer
+from .._boundary.supervise import Supervisor
 from .._errors import RequestError
 from .._log import get_logger
 from .._options import Options
@@ -103,8 +104,10 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
     stop: anyio.Event | None = None,
     signals: bool = True,
+    supervisor: Supervisor | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT (with ``signals``) or ``stop`` is set; then drain and return."""
+    """Serve until SIGTERM/SIGINT (with ``signals``) or ``stop`` is set; then drain and
+    return. ``supervisor`` replaces the one that runs each invocation (a test's)."""
     from hypercorn.config import Config
 
     check(config)
@@ -119,7 +122,7 @@ async def serve(
         hc.accesslog = None
         hc.errorlog = None  # the application logs its own errors, through aexec._log
         hc.keep_alive_timeout = 75.0
-        async with make_observer(options) as obs:
+        async with make_observer(options, supervisor=supervisor) as obs:
             app = build(Settings(obs, config.jobs, config.queue, config.max_body, config.token))
             async with anyio.create_task_group() as tg:
                 if signals:
