@@ -186,8 +186,11 @@ def build(settings: Settings) -> Starlette:
         body = _json(await _body(request, settings.max_body), "body")
         try:
             candidate = sandboxfusion.request(body)
+            validate(candidate)
         except sandboxfusion.Invalid as e:
             return JSONResponse(e.body(), 422)
+        except RequestError as e:  # what only the pipeline's checks see (a NUL in the code)
+            return JSONResponse(sandboxfusion.Invalid("code", str(e).splitlines()[0], None).body(), 422)
 
         async def work() -> ExecutionObservation:
             return await observe(candidate, observer=obs_)

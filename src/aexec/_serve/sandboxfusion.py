@@ -53,6 +53,8 @@ LANGUAGES: dict[str, LanguageName] = {
 COMPILED: frozenset[str] = frozenset({"c", "cpp", "rust", "java"})
 #: Failure classes of a build step (docs/contract.md: "before the program runs").
 BUILD_CLASSES: frozenset[str] = frozenset({"syntax", "compile", "type", "dependency"})
+#: aexec's name of a field → SandboxFusion's.
+_FIELDS = {"policy.timeout_s": "run_timeout", "policy.ram_mib": "memory_limit_MB"}
 #: SandboxFusion's default timeouts (seconds).
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -117,8 +119,8 @@ def request(body: Any, *, request_id: str | None = None) -> Candidate:
         )
         return Candidate("run_entry", "snippet", id=request_id, code=code, language=language, policy=policy)
     except RequestError as e:
-        field = str(e).split(" ", 1)[0].removeprefix("policy.")
-        raise Invalid(field, str(e), None) from None
+        field = str(e).split(" ", 1)[0]
+        raise Invalid(_FIELDS.get(field, field), str(e), None) from None
 
 
 def _return_code(obs: ExecutionObservation) -> int | None:
