@@ -229,17 +229,29 @@ def test_the_readme_client_example_runs_as_written(server: str) -> None:
     assert (done.returncode, done.stdout) == (0, "Success 42\n"), done.stderr
 
 
-def test_off_loopback_without_a_token_it_refuses_to_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--host", "0.0.0.0"],
+            "aexec: --host 0.0.0.0: not a loopback address; a bearer token is required (--token-file)",
+        ),
+        (["--token-file", "/nonexistent/token"], "aexec: --token-file /nonexistent/token: cannot read:"),
+        (["--jobs", "0"], "aexec: --jobs must be >= 1, got 0"),
+        (["--port", "70000"], "aexec: --port must be in [0, 65535], got 70000"),
+    ],
+)
+def test_bad_flags_refuse_to_start_in_one_line(args: list[str], message: str) -> None:
+    """Off loopback without a token, among others: exit 2, one line naming the flag."""
     done = subprocess.run(
-        [sys.executable, "-m", "aexec", "serve", "--host", "0.0.0.0", "--port", "0"],
+        [sys.executable, "-m", "aexec", "serve", "--port", "0", *args],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "aexec: --host 0.0.0.0: not a loopback address; a bearer token is required (--token-file)"
-    ]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(message), line
 
 
 def test_sigterm_kills_runs_in_flight_and_exits_cleanly(tmp_path: Path) -> None:
