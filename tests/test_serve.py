@@ -139,6 +139,9 @@ def check(language: str, case: str, resp: Any) -> None:
         assert resp.status.value == "Failed", where
         assert resp.compile_result.status.value == "Finished" and resp.compile_result.return_code != 0, where
         assert resp.run_result is None, where
+        # the compiler's errors as text, as a compiler prints them (not gcc's or rustc's JSON)
+        source = {"cpp": "main.cpp", "rust": "main.rs", "java": "Main.java"}[language]
+        assert resp.compile_result.stderr.startswith(f"{source}:1: error"), where
         return
     if compiled:
         assert resp.compile_result.status.value == "Finished" and resp.compile_result.return_code == 0, where

@@ -146,6 +146,20 @@ def _command(
     }
 
 
+def compiler_text(obs: ExecutionObservation) -> str:
+    """The compiler's errors as a compiler prints them: aexec has gcc and rustc write
+    JSON diagnostics (its evidence), which a SandboxFusion user, or a model shown the
+    error, expects as ``main.cpp:1: error: ...`` lines: rendered from the observation's
+    normalized failures. Text output (javac's) is kept as it is."""
+    if not obs.stderr.lstrip().startswith(("[", "{")) or not obs.failures:
+        return obs.stderr
+    lines = []
+    for f in obs.failures:
+        message = f.message if f.message.startswith("error") else f"error: {f.message}"
+        lines.append(f"{f.location}: {message}" if f.location else message)
+    return "\n".join(lines) + "\n"
+
+
 def response(obs: ExecutionObservation, language: str) -> dict[str, Any]:
     """An observation of a `request`'s candidate → SandboxFusion's ``RunCodeResponse``."""
     out: dict[str, Any] = {"status": "Success", "message": "", "compile_result": None, "run_result": None}
@@ -160,7 +174,7 @@ def response(obs: ExecutionObservation, language: str) -> dict[str, Any]:
     if compiled and failure is not None and failure.failure_class in BUILD_CLASSES:
         out["status"] = "Failed"
         out["compile_result"] = _command(
-            "Finished", obs, stdout=obs.stdout, stderr=obs.stderr, rc=_return_code(obs)
+            "Finished", obs, stdout=obs.stdout, stderr=compiler_text(obs), rc=_return_code(obs)
         )
         return out
     if compiled:
