@@ -287,3 +287,30 @@ def test_sigterm_kills_runs_in_flight_and_exits_cleanly(tmp_path: Path) -> None:
     assert answers, "the client was left hanging"
     assert live_pids_with(marker) == []
     assert [p.name for p in scratch.iterdir() if p.name.startswith("aexec-")] == []
+
+
+def test_sigterm_lets_a_run_in_flight_finish_within_the_grace() -> None:
+    """Draining: a run that ends within ``--grace`` is answered, then the server exits 0."""
+    server = Server("--grace", "30")
+    marker = f"serve-drain-{uuid.uuid4().hex}"
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', 'import time; time.sleep(2)', '{marker}'])\n"
+        "print('done')"
+    )
+    answers: list[Any] = []
+    t = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(f"{server.url}/run_code", json={"code": code, "language": "python"}, timeout=60)
+        )
+    )
+    t.start()
+    deadline = time.monotonic() + 20
+    while not live_pids_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_pids_with(marker), "the run did not start"
+    assert server.stop(40) == 0, "".join(server.lines)
+    t.join(20)
+    (answer,) = answers
+    assert answer.status_code == 200
+    assert (answer.json()["status"], answer.json()["run_result"]["stdout"]) == ("Success", "done\n")
