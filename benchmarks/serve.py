@@ -82,21 +82,11 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def start(jobs: int, tmp: str) -> tuple[subprocess.Popen[str], str]:
+def start(jobs: int, tmp: str, queue: int | None) -> tuple[subprocess.Popen[str], str]:
+    argv = [sys.executable, "-m", "aexec", "serve", "--port", "0", "--no-cache", "--jobs", str(jobs)]
+    argv += ["--grace", "5", *(["--queue", str(queue)] if queue is not None else [])]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aexec",
-            "serve",
-            "--port",
-            "0",
-            "--no-cache",
-            "--jobs",
-            str(jobs),
-            "--grace",
-            "5",
-        ],
+        argv,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "TMPDIR": tmp},
@@ -261,6 +251,8 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=4 * (os.cpu_count() or 1))
     p.add_argument("--load", type=int, default=2000)
     p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--queue", type=int, default=None, help="the server's --queue (default: its own)")
+    p.add_argument("--load-only", action="store_true", help="only the load test")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     compare = [snippet(COMPARE[i % len(COMPARE)], i) for i in range(args.snippets)]
@@ -269,14 +261,16 @@ def main() -> int:
     load = [snippet(k, 100_000 + i) for i, k in enumerate(kinds)]
     report: dict[str, Any] = {"cores": os.cpu_count(), "jobs": args.jobs, "snippets": args.snippets}
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
-        report["cli_observe"] = through_cli(compare, args.jobs, tmp)
+        if not args.load_only:
+            report["cli_observe"] = through_cli(compare, args.jobs, tmp)
         scratch = os.path.join(tmp, "scratch")
         os.mkdir(scratch)
-        proc, url = start(args.jobs, scratch)
+        proc, url = start(args.jobs, scratch, args.queue)
         try:
-            report["sequential"] = anyio.run(sequential, url, compare)
-            conc = anyio.run(through_server, url, compare, args.jobs)
-            report["server_concurrent"] = {k: v for k, v in conc.items() if k != "answers"}
+            if not args.load_only:
+                report["sequential"] = anyio.run(sequential, url, compare)
+                conc = anyio.run(through_server, url, compare, args.jobs)
+                report["server_concurrent"] = {k: v for k, v in conc.items() if k != "answers"}
             result = anyio.run(through_server, url, load, args.clients)
             answers = result.pop("answers")
             wrong = [
