@@ -212,7 +212,13 @@ def test_the_openapi_description_health_and_access_events(process: Server) -> No
     metrics = httpx.get(f"{server}/metrics").json()
     assert metrics["in_flight"] == 0 and metrics["jobs"] == 4
     # one structlog access event per request, through aexec's logger (shown at -v)
-    events = [line for line in process.lines if "http_request" in line and "path=/metrics" in line]
+    # (logged once the answer is sent: read the server's stderr until it is there)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        events = [line for line in process.lines if "http_request" in line and "path=/metrics" in line]
+        if events:
+            break
+        time.sleep(0.05)
     assert events and "status=200" in events[-1] and "method=GET" in events[-1], process.lines[-5:]
 
 
