@@ -1,4 +1,4 @@
-"""The command line's other commands: ``discriminate``, ``ab``, ``swebench``, ``gc``.
+"""The command line's other commands: ``discriminate``, ``ab``, ``swebench``, ``gc``, ``serve``.
 
 Each parser is here with its short main; the work lives in the optional parts
 (``_discrimination``, ``_ab``, ``_swebench``, ``_boundary.leftovers``), imported when the
@@ -8,6 +8,7 @@ command runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -97,6 +98,58 @@ def add_commands(sub: Any) -> None:
     )
     s.add_argument("-o", "--output", required=True, help="the report (SWE-bench's layout, JSON)")
     run_options(s)
+    v = sub.add_parser("serve", help="an HTTP service: SandboxFusion's /run_code, /observe, /observe_many")
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    v.add_argument(
+        "--port", type=int, default=8080, help="port (default: 8080, SandboxFusion's; 0: any free)"
+    )
+    v.add_argument(
+        "--token-file",
+        default=None,
+        help="a file whose first line is the bearer token (required off loopback)",
+    )
+    v.add_argument(
+        "--queue",
+        type=int,
+        default=None,
+        help="requests waiting beyond --jobs before 429 (default: 32 per job)",
+    )
+    v.add_argument("--max-body-mib", type=float, default=16.0, help="largest request body (default: 16 MiB)")
+    v.add_argument(
+        "--grace", type=float, default=5.0, help="seconds runs in flight get after SIGTERM (default: 5)"
+    )
+    v.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio", help="anyio backend")
+    run_options(v, jobs_help="runs under way at once (default: 4 per core)")
+
+
+def _serve_main(args: argparse.Namespace) -> int:
+    from ._serve.server import ServeConfig, read_token, serve
+
+    if _bad_jobs(args):
+        return 2
+    jobs = args.jobs or 4 * (os.cpu_count() or 1)
+    try:
+        cache_dir = None if args.no_cache else check_cache_dir(args.cache_dir or default_cache_dir())
+        config = ServeConfig(
+            host=args.host,
+            port=args.port,
+            jobs=jobs,
+            queue=args.queue if args.queue is not None else 32 * jobs,
+            max_body=int(args.max_body_mib * 1024 * 1024),
+            token=read_token(args.token_file) if args.token_file else None,
+            grace=args.grace,
+        )
+        options = Options.from_env(limit=jobs, cache_dir=cache_dir)
+
+        def ready(url: str) -> None:
+            print(f"aexec serve: listening on {url} ({jobs} jobs)", file=sys.stderr, flush=True)
+
+        anyio.run(functools.partial(serve, config, options, on_ready=ready), backend=args.backend)
+    except RequestError as e:
+        print(f"aexec: {e}", file=sys.stderr)
+        return 2
+    print("aexec serve: stopped", file=sys.stderr)
+    return 0
 
 
 def _swebench_main(args: argparse.Namespace) -> int:
@@ -197,7 +250,6 @@ def _discriminate_main(args: argparse.Namespace) -> int:
 
 
 def _ab_main(args: argparse.Namespace) -> int:
-    import functools
 
     from ._ab.corpus import load_corpus
     from ._ab.harness import MECHANISMS, run_ab
@@ -260,4 +312,5 @@ COMMANDS = {
     "ab": _ab_main,
     "swebench": _swebench_main,
     "gc": _gc_main,
+    "serve": _serve_main,
 }

@@ -79,6 +79,8 @@ class Observer:
         self._isolation: Isolation | None = None
         #: Warm fork servers, by what they serve (`server`).
         self._servers: dict[str, ForkServer] = {}
+        #: The keys whose server a call is starting now (`server`).
+        self._starting: dict[str, anyio.Event] = {}
         self._bytecode_dir: str | None = None
         #: The runs' cut /etc (`etc_dir`).
         self._etc_dir: str | None = None
@@ -158,9 +160,17 @@ class Observer:
         if not self.options.forkserver:
             return None
         key = server_key(tool.path, tool.fingerprint, mode, env, threading.get_ident(), per_run=PER_RUN_ENV)
-        running = self._servers.get(key)
-        if running is not None and running.alive:
-            return running
+        # Concurrent calls on this observer (a server's requests) wait for the one that
+        # is starting this key's server, and share it: a second start would replace the
+        # first server, and closing it would kill the runs it had begun (issue 31).
+        while True:
+            running = self._servers.get(key)
+            if running is not None and running.alive:
+                return running
+            starting = self._starting.get(key)
+            if starting is None:
+                break
+            await starting.wait()
 
         async def start() -> ForkServer | None:
             try:
@@ -174,7 +184,12 @@ class Observer:
                 await stale.aclose()
             return server
 
-        server, _ = await session.server_starts.run(key, start)
+        self._starting[key] = event = anyio.Event()
+        try:
+            server, _ = await session.server_starts.run(key, start)
+        finally:
+            del self._starting[key]
+            event.set()
         return server if server is not None and server.alive else None
 
     async def observe_many(

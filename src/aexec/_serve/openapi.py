@@ -1,0 +1,99 @@
+"""The OpenAPI description of ``aexec serve`` (``GET /openapi.json``): plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._api import VERSION
+from .sandboxfusion import LANGUAGES
+
+_COMMAND = {
+    "type": "object",
+    "nullable": True,
+    "properties": {
+        "status": {"type": "string", "enum": ["Finished", "Error", "TimeLimitExceeded"]},
+        "execution_time": {"type": "number", "nullable": True},
+        "return_code": {"type": "integer", "nullable": True},
+        "stdout": {"type": "string", "nullable": True},
+        "stderr": {"type": "string", "nullable": True},
+    },
+}
+_ERROR = {"type": "object", "properties": {"error": {"type": "string"}}}
+_REFUSALS = {
+    "400": {"description": "a malformed request (one line naming what is wrong)"},
+    "401": {"description": "a bearer token is required"},
+    "413": {"description": "the body is over the cap"},
+    "429": {"description": "busy: retry after the Retry-After header's seconds"},
+}
+
+
+def _post(summary: str, body: dict[str, Any], answer: dict[str, Any], media: str = "application/json") -> Any:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, "content": {media: {"schema": body}}},
+            "responses": {
+                "200": {"description": "the answer", "content": {media: {"schema": answer}}},
+                **_REFUSALS,
+            },
+        }
+    }
+
+
+def _get(summary: str) -> Any:
+    return {"get": {"summary": summary, "responses": {"200": {"description": "JSON"}}}}
+
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "aexec serve", "version": VERSION},
+    "paths": {
+        "/run_code": _post(
+            "Run one program, SandboxFusion's API (sandbox-fusion 0.3.7)",
+            {
+                "type": "object",
+                "required": ["code", "language"],
+                "properties": {
+                    "code": {"type": "string"},
+                    "language": {"type": "string", "enum": sorted(LANGUAGES)},
+                    "compile_timeout": {"type": "number", "default": 10},
+                    "run_timeout": {"type": "number", "default": 10},
+                    "memory_limit_MB": {"type": "integer", "default": -1},
+                    "stdin": {"type": "string", "nullable": True, "description": "empty or null only"},
+                    "files": {"type": "object", "description": "empty only"},
+                    "fetch_files": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "empty only",
+                    },
+                },
+            },
+            {
+                "type": "object",
+                "properties": {
+                    "status": {"type": "string", "enum": ["Success", "Failed", "SandboxError"]},
+                    "message": {"type": "string"},
+                    "compile_result": _COMMAND,
+                    "run_result": _COMMAND,
+                    "executor_pod_name": {"type": "string", "nullable": True},
+                    "files": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
+        ),
+        "/observe": _post(
+            "Observe one request of the JSONL contract (docs/contract.md)",
+            {"type": "object", "description": "one request"},
+            {"type": "object", "description": "its ExecutionObservation"},
+        ),
+        "/observe_many": _post(
+            "Observe many requests: JSONL in, one line per request out, in input order, as they are made",
+            {"type": "string", "description": "one request per line"},
+            {"type": "string", "description": 'one observation (or {"line", "error"}) per line'},
+            "application/x-ndjson",
+        ),
+        "/health": _get("Liveness and version"),
+        "/metrics": _get("Runs in flight, queued, done by verdict, refused"),
+        "/openapi.json": _get("This description"),
+    },
+    "components": {"schemas": {"Error": _ERROR}},
+}

@@ -1,0 +1,193 @@
+"""SandboxFusion's ``/run_code``, spoken by aexec (pure: no I/O).
+
+The request and response are those of SandboxFusion's PyPI client ``sandbox-fusion``
+0.3.7 (``RunCodeRequest``, ``RunCodeResponse``). `request` turns a request body into an
+aexec `Candidate` (a ``run_entry`` snippet in the mapped language), or into the error
+SandboxFusion itself answers a request it cannot take (FastAPI's ``422`` validation
+body: ``{"detail": [{"type", "loc", "msg", "input"}]}``). `response` turns the
+observation into SandboxFusion's answer:
+
+* ``status``: ``Success`` when every step finished with exit status 0, ``Failed`` when the
+  candidate failed (a non-zero exit, a signal, a compile error, a timeout), and
+  ``SandboxError`` only when aexec itself could not observe the run (its ``error``
+  verdict) — never for anything the candidate did;
+* ``compile_result`` (compiled languages only: C, C++, Rust, Java) and ``run_result``,
+  each ``{"status": Finished|TimeLimitExceeded|Error, "execution_time", "return_code",
+  "stdout", "stderr"}``; a compile error has no ``run_result``, as in SandboxFusion.
+
+aexec runs a compiled snippet under one deadline for the build and the run, so the
+request's ``compile_timeout + run_timeout`` is that deadline, and a deadline hit is
+reported as the run's (``TimeLimitExceeded``); ``execution_time`` is the whole run's.
+aexec snippets have no standard input and no files beside the source yet: a request with
+a non-empty ``stdin``, ``files`` or ``fetch_files`` is refused (422) rather than run
+without them, which would grade a right answer as wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from typing import Any
+
+import attrs
+
+from .._errors import RequestError
+from .._records import Candidate, ExecutionObservation, Policy
+from .._types import LanguageName
+
+#: SandboxFusion's language names (its ``Language`` literal, plus the aliases its users
+#: send) → aexec's.
+LANGUAGES: dict[str, LanguageName] = {
+    "python": "python",
+    "python3": "python",
+    "cpp": "cpp",
+    "c": "c",
+    "rust": "rust",
+    "java": "java",
+    "nodejs": "javascript",
+    "javascript": "javascript",
+    "js": "javascript",
+    "sql": "sql",
+}
+#: aexec languages with a compile step SandboxFusion reports as ``compile_result``.
+COMPILED: frozenset[str] = frozenset({"c", "cpp", "rust", "java"})
+#: Failure classes of a build step (docs/contract.md: "before the program runs").
+BUILD_CLASSES: frozenset[str] = frozenset({"syntax", "compile", "type", "dependency"})
+#: aexec's name of a field → SandboxFusion's.
+_FIELDS = {"policy.timeout_s": "run_timeout", "policy.ram_mib": "memory_limit_MB"}
+#: SandboxFusion's default timeouts (seconds).
+DEFAULT_TIMEOUT_S = 10.0
+
+
+@attrs.frozen
+class Invalid(Exception):
+    """A request SandboxFusion would refuse: its 422 body, for one field."""
+
+    field: str
+    message: str
+    value: Any = None
+    kind: str = "value_error"
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "detail": [
+                {"type": self.kind, "loc": ["body", self.field], "msg": self.message, "input": self.value}
+            ]
+        }
+
+
+def _timeout(body: dict[str, Any], name: str) -> float:
+    value = body.get(name, DEFAULT_TIMEOUT_S)
+    if value is None:
+        return DEFAULT_TIMEOUT_S
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise Invalid(name, f"{name} must be a positive number of seconds", value)
+    return float(value)
+
+
+def request(body: Any, *, request_id: str | None = None) -> Candidate:
+    """A ``/run_code`` body → the `Candidate` that runs it; `Invalid` names what is wrong."""
+    if not isinstance(body, dict):
+        raise Invalid("body", "the request must be a JSON object", None, "model_attributes_type")
+    code = body.get("code")
+    if not isinstance(code, str):
+        raise Invalid("code", "Field required" if code is None else "code must be a string", code, "missing")
+    name = body.get("language")
+    if name not in LANGUAGES:
+        expected = ", ".join(f"'{n}'" for n in LANGUAGES)
+        raise Invalid(
+            "language", f"Input should be {expected} (the languages aexec runs)", name, "literal_error"
+        )
+    language = LANGUAGES[name]
+    if body.get("stdin") not in (None, ""):
+        raise Invalid("stdin", "aexec serve does not feed standard input to a snippet yet", "…")
+    for field in ("files", "fetch_files"):
+        if body.get(field):
+            raise Invalid(field, f"aexec serve does not take {field} yet", sorted(body[field]))
+    run = _timeout(body, "run_timeout")
+    timeout = run + _timeout(body, "compile_timeout") if language in COMPILED else run
+    ram = body.get("memory_limit_MB")
+    try:
+        policy = Policy(
+            timeout_s=timeout,
+            ram_mib=ram if isinstance(ram, int) and not isinstance(ram, bool) and ram > 0 else None,
+        )
+        return Candidate("run_entry", "snippet", id=request_id, code=code, language=language, policy=policy)
+    except RequestError as e:
+        field = str(e).split(" ", 1)[0]
+        raise Invalid(_FIELDS.get(field, field), str(e), None) from None
+
+
+def _return_code(obs: ExecutionObservation) -> int | None:
+    if obs.exit_code is not None:
+        return obs.exit_code
+    if obs.signal is not None and not obs.timed_out:
+        try:
+            return -int(signal.Signals[obs.signal])
+        except KeyError:
+            return None
+    return None
+
+
+def _command(
+    status: str, obs: ExecutionObservation, *, stdout: str, stderr: str, rc: int | None
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "execution_time": obs.duration,
+        "return_code": rc,
+        "stdout": stdout,
+        "stderr": stderr,
+    }
+
+
+def compiler_text(obs: ExecutionObservation) -> str:
+    """The compiler's errors as a compiler prints them: aexec has gcc and rustc write
+    JSON diagnostics (its evidence), which a SandboxFusion user, or a model shown the
+    error, expects as ``main.cpp:1: error: ...`` lines: rendered from the observation's
+    normalized failures. Text output (javac's) is kept as it is."""
+    if not obs.stderr.lstrip().startswith(("[", "{")) or not obs.failures:
+        return obs.stderr
+    lines = []
+    for f in obs.failures:
+        message = f.message if f.message.startswith("error") else f"error: {f.message}"
+        lines.append(f"{f.location}: {message}" if f.location else message)
+    return "\n".join(lines) + "\n"
+
+
+def response(obs: ExecutionObservation, language: str) -> dict[str, Any]:
+    """An observation of a `request`'s candidate → SandboxFusion's ``RunCodeResponse``."""
+    out: dict[str, Any] = {"status": "Success", "message": "", "compile_result": None, "run_result": None}
+    out["files"] = {}
+    out["executor_pod_name"] = None
+    if obs.verdict == "error":
+        out["status"] = "SandboxError"
+        out["message"] = f"aexec could not observe the run: {obs.error}"
+        return out
+    compiled = language in COMPILED
+    failure = obs.failure
+    if compiled and failure is not None and failure.failure_class in BUILD_CLASSES:
+        out["status"] = "Failed"
+        out["compile_result"] = _command(
+            "Finished", obs, stdout=obs.stdout, stderr=compiler_text(obs), rc=_return_code(obs)
+        )
+        return out
+    if compiled:
+        out["compile_result"] = {
+            "status": "Finished",
+            "execution_time": None,
+            "return_code": 0,
+            "stdout": "",
+            "stderr": "",
+        }
+    rc = _return_code(obs)
+    status = "TimeLimitExceeded" if obs.timed_out else "Finished"
+    out["run_result"] = _command(status, obs, stdout=obs.stdout, stderr=obs.stderr, rc=rc)
+    if obs.timed_out or rc != 0 or failure is not None:
+        out["status"] = "Failed"
+    return out

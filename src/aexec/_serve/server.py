@@ -1,0 +1,160 @@
+"""``aexec serve``: the application under Hypercorn, on the asyncio or the trio backend.
+
+Hypercorn is the ASGI server that runs on both of anyio's backends (uvicorn is asyncio
+only), and Starlette is built on anyio, so the same aexec code (itself on anyio) serves
+under either. The listening socket is made here, so that the address is known (and
+announced through ``on_ready``) before the first request, port 0 included.
+
+SIGTERM or SIGINT: new connections are refused, requests in flight get ``grace`` seconds
+to finish, then they are cancelled — aexec kills their process trees and removes their
+scratch roots — and the observer's warm interpreters are stopped before the call returns.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import socket
+from collections.abc import Callable
+
+import anyio
+import attrs
+
+from .._api import observer as make_observer
+from .._boundary.supervise import Supervisor
+from .._errors import RequestError
+from .._log import get_logger
+from .._options import Options
+from .app import Settings, build
+
+log = get_logger(__name__)
+
+
+@attrs.frozen
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    jobs: int = 8
+    queue: int = 256
+    max_body: int = 16 * 1024 * 1024
+    token: str | None = None
+    #: Seconds requests in flight may take to finish after SIGTERM before they are cancelled.
+    grace: float = 5.0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: str) -> str:
+    """The bearer token in ``path`` (its first line); `RequestError` if unreadable or empty."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RequestError(f"--token-file {path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if not token:
+        raise RequestError(f"--token-file {path}: the first line is empty")
+    return token
+
+
+def check(config: ServeConfig) -> None:
+    """What must hold before the server starts; `RequestError` naming the flag."""
+    if not is_loopback(config.host) and config.token is None:
+        raise RequestError(
+            f"--host {config.host}: not a loopback address; a bearer token is required (--token-file)"
+        )
+    for name in ("jobs", "queue"):
+        if getattr(config, name) < (1 if name == "jobs" else 0):
+            raise RequestError(
+                f"--{name} must be >= {1 if name == 'jobs' else 0}, got {getattr(config, name)}"
+            )
+    if not 0 <= config.port <= 65535:
+        raise RequestError(f"--port must be in [0, 65535], got {config.port}")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Inherited by every accepted connection (Hypercorn sets it only on the sockets it
+    # binds itself): without it, a response written in two parts may wait for the
+    # client's delayed ACK (Nagle's algorithm).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise RequestError(f"--host {host} --port {port}: cannot listen: {e.strerror or e}") from None
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve(
+    config: ServeConfig,
+    options: Options,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    stop: anyio.Event | None = None,
+    signals: bool = True,
+    supervisor: Supervisor | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT (with ``signals``) or ``stop`` is set; then drain and
+    return. ``supervisor`` replaces the one that runs each invocation (a test's)."""
+    from hypercorn.config import Config
+
+    check(config)
+    sock = listen(config.host, config.port)
+    stopping = stop or anyio.Event()
+    with sock:
+        address = sock.getsockname()
+        hc = Config()
+        # A duplicate for Hypercorn, which closes the sockets it serves on.
+        hc.bind = [f"fd://{os.dup(sock.fileno())}"]
+        hc.graceful_timeout = config.grace
+        hc.accesslog = None
+        hc.errorlog = None  # the application logs its own errors, through aexec._log
+        hc.keep_alive_timeout = 75.0
+        async with make_observer(options, supervisor=supervisor) as obs:
+            app = build(Settings(obs, config.jobs, config.queue, config.max_body, config.token))
+            async with anyio.create_task_group() as tg:
+                if signals:
+                    tg.start_soon(_stop_on_signal, stopping)
+                host = f"[{address[0]}]" if ":" in address[0] else address[0]
+                url = f"http://{host}:{address[1]}"
+                log.info(
+                    "serving", url=url, jobs=config.jobs, queue=config.queue, auth=config.token is not None
+                )
+                if on_ready is not None:
+                    on_ready(url)
+                await _hypercorn(app, hc, stopping)
+                tg.cancel_scope.cancel()
+    log.info("stopped")
+
+
+async def _stop_on_signal(stopping: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        async for signum in received:
+            log.info("draining", signal=signal.Signals(signum).name)
+            stopping.set()
+            return
+
+
+async def _hypercorn(app: object, hc: object, stopping: anyio.Event) -> None:
+    from typing import Any
+
+    import sniffio
+
+    serve_on: Any
+    if sniffio.current_async_library() == "trio":
+        from hypercorn.trio import serve as serve_on
+    else:
+        from hypercorn.asyncio import serve as serve_on
+    await serve_on(app, hc, shutdown_trigger=stopping.wait)

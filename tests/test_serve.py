@@ -1,0 +1,322 @@
+"""``aexec serve`` as a real process, driven by SandboxFusion's own PyPI client (issue 31).
+
+One server per module (``python -m aexec serve --port 0``); the client is
+``sandbox-fusion`` 0.3.7, unchanged: its sync ``run_code`` (requests) and its async
+``run_code_async`` (aiohttp). For Python, C++, Rust, Java and JavaScript (``nodejs``):
+a pass, a wrong answer, a compile error, a timeout, a crash; ``stdin`` and ``files``
+(which aexec snippets do not take yet) are refused with SandboxFusion's own 422, as is a
+language aexec lacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+sandbox_fusion = pytest.importorskip("sandbox_fusion")
+from sandbox_fusion import RunCodeRequest, run_code, run_code_async  # noqa: E402
+
+from .conftest import live_pids_with  # noqa: E402
+
+FORTY_TWO = {
+    "python": ("print(6 * 7)", "print(41)", "print(1", "while True: pass", "raise ValueError('boom')"),
+    "cpp": (
+        '#include <cstdio>\nint main() { printf("%d\\n", 6 * 7); }',
+        '#include <cstdio>\nint main() { printf("41\\n"); }',
+        "int main() { return x; }",
+        "int main() { for (;;) {} }",
+        "int main() { int *p = nullptr; *p = 1; return *p; }",
+    ),
+    "rust": (
+        'fn main() { println!("{}", 6 * 7); }',
+        'fn main() { println!("41"); }',
+        'fn main() { let x: i32 = "s"; }',
+        "fn main() { loop {} }",
+        'fn main() { let v: Vec<i32> = Vec::new(); println!("{}", v[1]); }',
+    ),
+    "java": (
+        "public class Main { public static void main(String[] a) { System.out.println(6 * 7); } }",
+        "public class Main { public static void main(String[] a) { System.out.println(41); } }",
+        'public class Main { public static void main(String[] a) { int x = "s"; } }',
+        "public class Main { public static void main(String[] a) { while (true) {} } }",
+        'public class Main { public static void main(String[] a) { throw new RuntimeException("boom"); } }',
+    ),
+    "nodejs": (
+        "console.log(6 * 7)",
+        "console.log(41)",
+        "console.log((",
+        "for (;;) {}",
+        "null.x",
+    ),
+}
+CASES = ("pass", "wrong", "compile_error", "timeout", "crash")
+COMPILED = {"cpp", "rust", "java"}
+#: The exit status of each language's crash: a SIGSEGV, a panic, an uncaught exception.
+CRASH_RC = {"python": 1, "cpp": -11, "rust": 101, "java": 1, "nodejs": 1}
+
+
+class Server:
+    """``aexec serve`` on a free port, as a process: its URL and its stderr lines."""
+
+    def __init__(self, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aexec", "serve", "--port", "0", "--no-cache", *extra],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.lines: list[str] = []
+        self.url = ""
+        ready = threading.Event()
+
+        def drain() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                if "listening on " in line and not self.url:
+                    self.url = line.split("listening on ", 1)[1].split()[0]
+                    ready.set()
+            ready.set()
+
+        self.reader = threading.Thread(target=drain, daemon=True)
+        self.reader.start()
+        ready.wait(30)
+        assert self.url, f"the server did not start: {''.join(self.lines)}"
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM; its exit status."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        rc = self.proc.wait(timeout)
+        self.reader.join(10)
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        return rc
+
+
+@pytest.fixture(scope="module")
+def process() -> Iterator[Server]:
+    server = Server("--jobs", "4", "-v")
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0, "".join(server.lines)
+
+
+@pytest.fixture
+def server(process: Server) -> str:
+    return process.url
+
+
+def request(language: str, case: str) -> RunCodeRequest:
+    code = FORTY_TWO[language][CASES.index(case)]
+    timeouts = {"run_timeout": 1, "compile_timeout": 4} if case == "timeout" else {"run_timeout": 10}
+    return RunCodeRequest(code=code, language=language, **timeouts)
+
+
+def check(language: str, case: str, resp: Any) -> None:
+    """SandboxFusion's answer for each case, as its own server gives it."""
+    compiled = language in COMPILED
+    where = f"{language}/{case}: {resp}"
+    assert resp.status.value != "SandboxError", where
+    if case == "compile_error" and compiled:
+        assert resp.status.value == "Failed", where
+        assert resp.compile_result.status.value == "Finished" and resp.compile_result.return_code != 0, where
+        assert resp.run_result is None, where
+        # the compiler's errors as text, as a compiler prints them (not gcc's or rustc's JSON)
+        source = {"cpp": "main.cpp", "rust": "main.rs", "java": "Main.java"}[language]
+        assert resp.compile_result.stderr.startswith(f"{source}:1: error"), where
+        return
+    if compiled:
+        assert resp.compile_result.status.value == "Finished" and resp.compile_result.return_code == 0, where
+    else:
+        assert resp.compile_result is None, where
+    run = resp.run_result
+    if case in ("pass", "wrong"):
+        assert resp.status.value == "Success", where
+        assert (run.status.value, run.return_code, run.stdout) == (
+            "Finished",
+            0,
+            "42\n" if case == "pass" else "41\n",
+        ), where
+    elif case == "compile_error":  # an interpreter's syntax error: the run fails
+        assert resp.status.value == "Failed" and run.return_code == 1 and "SyntaxError" in run.stderr, where
+    elif case == "timeout":
+        assert resp.status.value == "Failed" and run.status.value == "TimeLimitExceeded", where
+    else:
+        assert resp.status.value == "Failed", where
+        assert (run.status.value, run.return_code) == ("Finished", CRASH_RC[language]), where
+    assert run.execution_time is not None and run.execution_time > 0, where
+
+
+def test_every_language_and_case_through_the_async_client(server: str) -> None:
+    pairs = [(lang, case) for lang in FORTY_TWO for case in CASES]
+
+    async def all_of_them() -> list[Any]:
+        return await asyncio.gather(
+            *(run_code_async(request(lang, case), endpoint=server, max_attempts=1) for lang, case in pairs)
+        )
+
+    for (lang, case), resp in zip(pairs, asyncio.run(all_of_them()), strict=True):
+        check(lang, case, resp)
+
+
+@pytest.mark.parametrize(
+    ("language", "case"), [("python", "pass"), ("cpp", "compile_error"), ("nodejs", "crash")]
+)
+def test_the_sync_client(server: str, language: str, case: str) -> None:
+    check(language, case, run_code(request(language, case), endpoint=server, max_attempts=1))
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"language": "go"}, "language"),
+        ({"stdin": "1 2\n"}, "stdin"),
+        ({"files": {"in.txt": "aGk="}}, "files"),
+        ({"fetch_files": ["out.txt"]}, "fetch_files"),
+    ],
+)
+def test_what_aexec_cannot_run_gets_sandboxfusions_own_422(
+    server: str, fields: dict[str, Any], field: str
+) -> None:
+    """Refused as SandboxFusion refuses a request it cannot take, never run without the
+    field (a right answer graded wrong) and never a ``SandboxError``."""
+    req = RunCodeRequest(**{"code": "print(input())", "language": "python", **fields})
+    with pytest.raises(Exception, match="responded with code 422") as caught:
+        run_code(req, endpoint=server, max_attempts=1)
+    assert f'"loc":["body","{field}"]' in str(caught.value)
+
+
+def test_the_openapi_description_health_and_access_events(process: Server) -> None:
+    server = process.url
+    spec = httpx.get(f"{server}/openapi.json").json()
+    assert {"/run_code", "/observe", "/observe_many", "/health", "/metrics"} <= set(spec["paths"])
+    assert httpx.get(f"{server}/health").json()["status"] == "ok"
+    metrics = httpx.get(f"{server}/metrics").json()
+    assert metrics["in_flight"] == 0 and metrics["jobs"] == 4
+    # one structlog access event per request, through aexec's logger (shown at -v)
+    # (logged once the answer is sent: read the server's stderr until it is there)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        events = [line for line in process.lines if "http_request" in line and "path=/metrics" in line]
+        if events:
+            break
+        time.sleep(0.05)
+    assert events and "status=200" in events[-1] and "method=GET" in events[-1], process.lines[-5:]
+
+
+def test_the_readme_client_example_runs_as_written(server: str) -> None:
+    """The README's five-line client, pointed at this server instead of port 8080."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("## Serve it over HTTP", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None and "http://127.0.0.1:8080" in code.group(1)
+    assert len(code.group(1).strip().splitlines()) <= 5
+    done = subprocess.run(
+        [sys.executable, "-c", code.group(1).replace("http://127.0.0.1:8080", server)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, "Success 42\n"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--host", "0.0.0.0"],
+            "aexec: --host 0.0.0.0: not a loopback address; a bearer token is required (--token-file)",
+        ),
+        (["--token-file", "/nonexistent/token"], "aexec: --token-file /nonexistent/token: cannot read:"),
+        (["--jobs", "0"], "aexec: --jobs must be >= 1, got 0"),
+        (["--port", "70000"], "aexec: --port must be in [0, 65535], got 70000"),
+    ],
+)
+def test_bad_flags_refuse_to_start_in_one_line(args: list[str], message: str) -> None:
+    """Off loopback without a token, among others: exit 2, one line naming the flag."""
+    done = subprocess.run(
+        [sys.executable, "-m", "aexec", "serve", "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(message), line
+
+
+def test_sigterm_kills_runs_in_flight_and_exits_cleanly(tmp_path: Path) -> None:
+    """A run in flight past the grace period is cancelled: its tree is killed, its
+    scratch root removed, and the server exits 0."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    server = Server("--grace", "1", env={**os.environ, "TMPDIR": str(scratch)})
+    url = server.url
+    marker = f"serve-sigterm-{uuid.uuid4().hex}"
+    code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])"
+    answers: list[Any] = []
+
+    def ask() -> None:
+        try:
+            answers.append(
+                httpx.post(f"{url}/run_code", json={"code": code, "language": "python"}, timeout=60)
+            )
+        except httpx.HTTPError as e:
+            answers.append(e)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not live_pids_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert live_pids_with(marker), "the run did not start"
+    assert server.stop(20) == 0, "".join(server.lines)
+    t.join(20)
+    assert answers, "the client was left hanging"
+    assert live_pids_with(marker) == []
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("aexec-")] == []
+
+
+def test_sigterm_lets_a_run_in_flight_finish_within_the_grace() -> None:
+    """Draining: a run that ends within ``--grace`` is answered, then the server exits 0."""
+    server = Server("--grace", "30")
+    marker = f"serve-drain-{uuid.uuid4().hex}"
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', 'import time; time.sleep(2)', '{marker}'])\n"
+        "print('done')"
+    )
+    answers: list[Any] = []
+    t = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(f"{server.url}/run_code", json={"code": code, "language": "python"}, timeout=60)
+        )
+    )
+    t.start()
+    deadline = time.monotonic() + 20
+    while not live_pids_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_pids_with(marker), "the run did not start"
+    assert server.stop(40) == 0, "".join(server.lines)
+    t.join(20)
+    (answer,) = answers
+    assert answer.status_code == 200
+    assert (answer.json()["status"], answer.json()["run_result"]["stdout"]) == ("Success", "done\n")
