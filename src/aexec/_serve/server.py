@@ -64,7 +64,7 @@ def read_token(path: str) -> str:
     return token
 
 
-def check(config: ServeConfig) -> None:
+def check_config(config: ServeConfig) -> None:
     """What must hold before the server starts; `RequestError` naming the flag."""
     if not is_loopback(config.host) and config.token is None:
         raise RequestError(
@@ -110,7 +110,7 @@ async def serve(
     return. ``supervisor`` replaces the one that runs each invocation (a test's)."""
     from hypercorn.config import Config
 
-    check(config)
+    check_config(config)
     sock = listen(config.host, config.port)
     stopping = stop or anyio.Event()
     with sock:
