@@ -20,7 +20,7 @@ SRC = Path(aexec.__file__).parent
 #: listed before it.
 LAYERS: list[tuple[str, list[str]]] = [
     ("0 wire and facts", ["_wire", "_types", "_errors", "_log"]),
-    ("1 records and options", ["_records", "_options"]),
+    ("1 records and options", ["_environments", "_environments.spec", "_records", "_options"]),
     (
         "2 pure stages",
         [
@@ -62,6 +62,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_boundary.admission",
             "_boundary.forkserver",
             "_boundary.supervise",
+            "_environments.interpreters",
+            "_environments.build",
         ],
     ),
     (

@@ -28,3 +28,18 @@ def artifact_version(
         h.update(b"-" if part is None else b"+" + part.encode("utf-8", "surrogateescape"))
         h.update(b"\x1e")
     return h.hexdigest()
+
+
+# -- environments aexec builds (issue 30, ``aexec._environments``) ------------------------
+
+
+def resolution_key(*, spec: Any, interpreter: str, setup_hash: str, index: Any) -> str:
+    """What a declared environment resolves from (the spec, the interpreter, the repo's
+    setup files, the package index): its answer is the lock."""
+    return cache_key(role="env-resolution", spec=spec, interpreter=interpreter, setup=setup_hash, index=index)
+
+
+def environment_key(*, interpreter: str, lock_hash: str, setup_hash: str) -> str:
+    """What is built: the interpreter, the resolved lock and the repo's setup files. Two
+    specs that resolve to one lock share one environment."""
+    return cache_key(role="environment", interpreter=interpreter, lock=lock_hash, setup=setup_hash)
