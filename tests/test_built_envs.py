@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -255,5 +254,5 @@ def test_interpreters_are_found_and_picked() -> None:
     assert pick_interpreter(SYSTEM, found) is not None
     assert pick_interpreter("3.9", {"3.9.1": "/a", "3.9.18": "/b", "3.10.0": "/c"}) == "/b"
     assert pick_interpreter("3.1", {"3.10.0": "/c"}) is None
-    with pytest.raises(EnvBroken, match="unsupported: Python 2.7"):
+    with pytest.raises(EnvBroken, match=r"unsupported: Python 2\.7"):
         ensure(EnvSpec("2.7"), str(Path(__file__).parent), "/nonexistent-never-written")
