@@ -162,9 +162,11 @@ def _check_failed(root: str, key: str) -> None:
 
 
 def _fail(root: str, key: str, kind: str, message: str) -> EnvBroken:
-    _write_json(
-        os.path.join(root, "failed", key + ".json"), {"kind": kind, "message": message, "at": time.time()}
-    )
+    """Record the failure (not offline: that one may be the missing network's)."""
+    if not os.environ.get("UV_OFFLINE"):
+        _write_json(
+            os.path.join(root, "failed", key + ".json"), {"kind": kind, "message": message, "at": time.time()}
+        )
     return EnvBroken(kind, message)
 
 
