@@ -256,3 +256,16 @@ def test_interpreters_are_found_and_picked() -> None:
     assert pick_interpreter("3.1", {"3.10.0": "/c"}) is None
     with pytest.raises(EnvBroken, match=r"unsupported: Python 2\.7"):
         ensure(EnvSpec("2.7"), str(Path(__file__).parent), "/nonexistent-never-written")
+
+
+def test_an_editable_install_of_the_repo_in_its_requirements_is_not_installed(
+    index: object, make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    """``-e .`` in a requirements file names the repo: the environment never holds it
+    (an editable install would point at a checkout, not at the candidate's copy)."""
+    repo = make_repo({**PROJ, "requirements-dev.txt": "-e .\naexec_tinydep<2\n"})
+    root = tmp_path / "envs"
+    built = ensure(spec(requirements=("requirements-dev.txt",), install="none"), str(repo), str(root))
+    lock = (Path(built.path) / "aexec-lock.txt").read_text()
+    assert "aexec-tinydep==1.0" in lock and "proj" not in lock and "file:" not in lock
+    assert not list(Path(built.path).glob("lib/python*/site-packages/*proj*"))

@@ -246,7 +246,9 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
         argv += [*extras, *(["--exclude-newer", exclude] if exclude else []), "-o", out, *inputs]
         _uv(root, rkey, "resolving (uv pip compile)", argv, cwd=work)
         with open(out, encoding="utf-8") as f:
-            return "".join(ln for ln in f if ln.strip() and not ln.startswith("#"))
+            # A line naming the copy is the repo itself (``-e .`` in a requirements
+            # file): never installed, the code under test is the candidate's copy.
+            return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and work not in ln)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
