@@ -224,6 +224,12 @@ def _project_file(copy: str) -> str | None:
     return pyproject if re.search(r"^\[build-system\]", text, re.M) else None
 
 
+def _local(line: str, work: str) -> bool:
+    """A lock line naming a local path (``-e .``, ``./x``, ``file:``): the repo or a part."""
+    req = line.strip()
+    return req.startswith(("-e", "--editable", ".", "/")) or "file:" in req or work in req
+
+
 def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
     """The lock (``name==version`` lines) of ``spec`` for ``repo``'s base, by ``uv pip compile``
     in a copy of the repo under ``tmp/`` (its setup code may run)."""
@@ -244,11 +250,11 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
         out = os.path.join(work, "lock.txt")
         argv = ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python", interpreter]
         argv += [*extras, *(["--exclude-newer", exclude] if exclude else []), "-o", out, *inputs]
-        _uv(root, rkey, "resolving (uv pip compile)", argv, cwd=work)
+        _uv(root, rkey, "resolving (uv pip compile)", argv, cwd=copy)  # paths as pip reads them
         with open(out, encoding="utf-8") as f:
             # A line naming the copy is the repo itself (``-e .`` in a requirements
             # file): never installed, the code under test is the candidate's copy.
-            return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and work not in ln)
+            return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
