@@ -84,6 +84,7 @@ CORPUS = [
         "packaging/version.py",
         ("pretend",),
     ),
+    # Left alone, uv resolves pytest 3.5.1 here, older than its hypothesis needs (3.6+).
     Lib(
         "attrs",
         "19.3.0",
@@ -91,7 +92,7 @@ CORPUS = [
         "3.9",
         ("tests/test_funcs.py",),
         "src/attr/_funcs.py",
-        ("hypothesis",),
+        ("hypothesis", "pytest>=4.6"),
     ),
     Lib("cachetools", "4.2.4", "2021-09-30", "3.10", ("tests/test_lru.py",), "src/cachetools/__init__.py"),
     Lib(
@@ -105,7 +106,7 @@ CORPUS = [
     Lib("click", "8.1.3", "2022-04-29", "3.10", ("tests/test_parser.py",), "src/click/parser.py"),
     Lib("Jinja2", "3.1.2", "2022-04-29", "3.11", ("tests/test_lexnparse.py",), "src/jinja2/lexer.py"),
     # Its era's pytest (6.2.2) cannot rewrite asserts on Python 3.10 (fixed in 6.2.5): 3.9.
-    Lib("Markdown", "3.3.4", "2021-02-24", "3.9", ("tests/test_apis.py",), "markdown/core.py"),
+    Lib("Markdown", "3.3.4", "2021-02-24", "3.9", ("tests/test_apis.py",), "markdown/core.py", ("pyyaml",)),
     Lib("h11", "0.14.0", "2022-09-26", "3.11", ("h11/tests/test_util.py",), "h11/_util.py"),
     Lib(
         "exceptiongroup",
