@@ -20,7 +20,7 @@ SRC = Path(aexec.__file__).parent
 #: listed before it.
 LAYERS: list[tuple[str, list[str]]] = [
     ("0 wire and facts", ["_version", "_wire", "_types", "_errors", "_log"]),
-    ("1 records and options", ["_records", "_options"]),
+    ("1 records and options", ["_environments", "_environments.spec", "_records", "_options"]),
     (
         "2 pure stages",
         [
@@ -63,6 +63,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_boundary.admission",
             "_boundary.forkserver",
             "_boundary.supervise",
+            "_environments.interpreters",
+            "_environments.build",
         ],
     ),
     (
@@ -96,12 +98,14 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_ab.metrics",
             "_ab.report",
             "_ab.harness",
+            "_environments.swebench",
             "_swebench",
             "_serve",
             "_serve.sandboxfusion",
             "_serve.openapi",
             "_serve.app",
             "_serve.server",
+            "_environments.command",
         ],
     ),
     ("7 entry points", ["_commands", "_cli", "__main__", "__init__"]),
@@ -254,6 +258,7 @@ HASHERS = {
     "_boundary.bytecode",
     "_pipeline.cache",
     "_scaleout.archive",
+    "_environments.build",  # content hashes of setup files and locks (the keys: keys.py)
 }
 
 

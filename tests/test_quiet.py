@@ -197,7 +197,14 @@ def test_a_discriminate_run_with_a_probe_writes_nothing_unconfigured(tmp_path: P
 #: Modules that may write to the process's own streams: the command line (its messages
 #: and its output), and the driver, which runs in the candidate's process (its streams
 #: are the candidate's, read back as the observation's).
-WRITERS = {"_cli.py", "_commands.py", "_jsonl.py", "_swebench.py", "_boundary/driver.py"}
+WRITERS = {
+    "_cli.py",
+    "_commands.py",
+    "_jsonl.py",
+    "_swebench.py",
+    "_environments/command.py",
+    "_boundary/driver.py",
+}
 
 
 def test_nothing_in_the_library_logs_or_prints_outside_log() -> None:

@@ -1,4 +1,4 @@
-"""The command line's other commands: ``discriminate``, ``ab``, ``swebench``, ``gc``, ``serve``.
+"""The command line's other commands: ``discriminate``, ``ab``, ``swebench``, ``gc``, ``serve``, ``env``.
 
 Each parser is here with its short main; the work lives in the optional parts
 (``_discrimination``, ``_ab``, ``_swebench``, ``_boundary.leftovers``), imported when the
@@ -51,6 +51,7 @@ def run_options(p: argparse.ArgumentParser, *, jobs_help: str | None = None) -> 
 
 def add_commands(sub: Any) -> None:
     from ._ab.harness import MECHANISMS
+    from ._environments.command import add_parser as add_env
 
     d = sub.add_parser("discriminate", help="group 2+ candidates of one task by observed behaviour")
     d.add_argument("cases", help="the candidates, one request per line; lines of one repo+tests form a task")
@@ -97,6 +98,13 @@ def add_commands(sub: Any) -> None:
         "instances", help="JSON or JSONL: instance_id, repo, python, test_patch, FAIL_TO_PASS, PASS_TO_PASS"
     )
     s.add_argument("-o", "--output", required=True, help="the report (SWE-bench's layout, JSON)")
+    s.add_argument(
+        "--specs",
+        choices=["swebench"],
+        default=None,
+        help="build each instance without `python` the environment of SWE-bench's spec for"
+        " its repo and `version` (needs aexec[swebench])",
+    )
     run_options(s)
     v = sub.add_parser("serve", help="an HTTP service: SandboxFusion's /run_code, /observe, /observe_many")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -120,6 +128,7 @@ def add_commands(sub: Any) -> None:
     )
     v.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio", help="anyio backend")
     run_options(v, jobs_help="runs under way at once (default: 4 per core)")
+    add_env(sub)
 
 
 def _serve_main(args: argparse.Namespace) -> int:
@@ -152,6 +161,12 @@ def _serve_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _env_main(args: argparse.Namespace) -> int:
+    from ._environments.command import main
+
+    return main(args)
+
+
 def _swebench_main(args: argparse.Namespace) -> int:
     from ._swebench import main as swebench
 
@@ -165,7 +180,7 @@ def _swebench_main(args: argparse.Namespace) -> int:
             print(f"aexec: {e}", file=sys.stderr)
             return 2
     options = Options.from_env(limit=args.jobs, cache_dir=cache_dir)
-    return swebench(args.predictions, args.instances, args.output, options=options)
+    return swebench(args.predictions, args.instances, args.output, options=options, specs=args.specs)
 
 
 def _bad_jobs(args: argparse.Namespace) -> bool:
@@ -313,4 +328,5 @@ COMMANDS = {
     "swebench": _swebench_main,
     "gc": _gc_main,
     "serve": _serve_main,
+    "env": _env_main,
 }

@@ -63,6 +63,9 @@ class Options:
     cache_dir: str | None = attrs.field(default=None, converter=_absolute)
     #: Where scratch roots are made (default: ``tempfile.gettempdir()``).
     scratch_dir: str | None = attrs.field(default=None, converter=_absolute)
+    #: Where the environments aexec builds live (default: ``<cache_dir>/envs``, without a
+    #: cache dir ``~/.cache/aexec/envs``; ``AEXEC_ENV_DIR``).
+    env_dir: str | None = attrs.field(default=None, converter=_absolute)
     #: Where each aexec process records its scratch bases, so that what a killed one
     #: left is found wherever its TMPDIR was (default: ``/run/aexec`` as root).
     registry: str | None = attrs.field(default=None, converter=_absolute)
@@ -90,7 +93,7 @@ class Options:
         """Options from ``AEXEC_NO_FORKSERVER``, ``AEXEC_NO_BYTECODE``,
         ``AEXEC_NO_NAMESPACES`` and ``AEXEC_NO_CGROUPS`` (each off when ``=1``),
         ``AEXEC_PROBE_BASE_URL``, ``AEXEC_PROBE_MODEL`` and ``AEXEC_PROBE_API_KEY`` (unset
-        or blank: None), ``AEXEC_READONLY_PATHS`` (``os.pathsep``-separated), then
+        or blank: None), ``AEXEC_READONLY_PATHS`` (``os.pathsep``-separated), ``AEXEC_ENV_DIR``, then
         ``overrides``. The one reader of aexec's environment variables: only the CLI (or a
         caller who wants it) calls it."""
         env = os.environ if environ is None else environ
@@ -103,5 +106,6 @@ class Options:
             "probe_model": env.get(ENV_PROBE_MODEL, "").strip() or None,
             "probe_api_key": env.get(ENV_PROBE_API_KEY) or None,
             "readonly": env.get("AEXEC_READONLY_PATHS", ""),
+            "env_dir": env.get("AEXEC_ENV_DIR") or None,
         }
         return cls(**{**fields, **overrides})  # type: ignore[arg-type]

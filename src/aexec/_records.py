@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from ._environments.spec import EnvSpec
 from ._errors import RequestError
 from ._types import (
     ARTIFACT_SHAPES,
@@ -129,6 +130,8 @@ class Candidate:
     fail_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     pass_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     test_patch: str | None = None
+    #: A declared environment aexec builds (``aexec._environments``), instead of ``python``.
+    environment: EnvSpec | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_candidate(self)
@@ -172,6 +175,10 @@ def _check_candidate(c: Candidate) -> None:
             _valid_text(f"{name}[{i}]", item, path=name == "command")
     if not isinstance(c.policy, Policy):
         raise RequestError(f"policy must be an aexec.Policy, got {type(c.policy).__name__}")
+    if c.environment is not None and not isinstance(c.environment, EnvSpec):
+        raise RequestError(f"environment must be an EnvSpec, got {type(c.environment).__name__}")
+    if c.environment is not None and (c.python is not None or c.repo is None or c.language != "python"):
+        raise RequestError("`environment` needs a Python request with a `repo`, and no `python`")
 
 
 @attrs.frozen
@@ -205,6 +212,9 @@ class Environment:
     #: Processes and threads of the run at once.
     pids_cap: int = DEFAULT_PIDS
     open_files_cap: int = DEFAULT_OPEN_FILES
+    #: A built environment's key and its resolved lock's SHA-256 (else None: provenance).
+    environment_key: str | None = None
+    lock_hash: str | None = None
 
 
 @attrs.frozen

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 from cattrs.preconf.json import make_converter
 
+from ._environments.spec import from_json
 from ._errors import RequestError
 from ._records import Candidate, Environment, ExecutionObservation, Policy
 from ._stages.policy import with_scratch
@@ -74,6 +75,8 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
             raise RequestError(f"{name} must be a list of strings, got {type(value).__name__}")
     if "policy" in fields:
         fields["policy"] = _policy(fields["policy"])
+    if "environment" in fields:
+        fields["environment"] = from_json(fields["environment"])
     language = fields.get("language")
     if language is not None and language not in LANGUAGE_NAMES:
         raise RequestError(f"unknown language {language!r} (expected one of {', '.join(LANGUAGE_NAMES)})")

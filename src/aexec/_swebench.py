@@ -23,6 +23,7 @@ import anyio
 import attrs
 
 from ._api import observe_many, validate
+from ._environments.spec import EnvSpec, from_json
 from ._errors import RequestError
 from ._jsonl import check_output, open_output
 from ._options import Options
@@ -39,6 +40,10 @@ class Instance:
     fail_to_pass: tuple[str, ...]
     pass_to_pass: tuple[str, ...]
     python: str | None = None
+    #: The environment aexec builds for it (``environment``, or ``--specs swebench``).
+    environment: EnvSpec | None = None
+    #: SWE-bench's test command for it, as data (``test_cmd``, or the spec's).
+    test_cmd: str | None = None
 
 
 @attrs.frozen
@@ -111,10 +116,17 @@ def _unique(where: str, ident: str, seen: Mapping[str, Any], what: str) -> None:
         raise RequestError(f"{where}: {what} {ident!r} appears twice")
 
 
-def load_instances(path: str) -> dict[str, Instance]:
-    """The instances file, by id; raises `RequestError` naming the record and field."""
+def load_instances(path: str, *, specs: str | None = None) -> dict[str, Instance]:
+    """The instances file, by id; raises `RequestError` naming the record and field.
+    ``specs="swebench"``: an instance naming neither ``python`` nor ``environment`` gets
+    the environment and test command of SWE-bench's spec for its (repo, ``version``)."""
     base = os.path.dirname(os.path.abspath(path))
     out: dict[str, Instance] = {}
+    table = None
+    if specs is not None:
+        from ._environments.swebench import load_table
+
+        table = load_table()
     for where, r in _records(path):
         ident = _string(where, r, "instance_id")
         assert ident is not None
@@ -122,15 +134,41 @@ def load_instances(path: str) -> dict[str, Instance]:
         where = f"{where} ({ident})"
         repo = _string(where, r, "repo")
         assert repo is not None
+        python = _string(where, r, "python", required=False)
+        checkout = os.path.normpath(os.path.join(base, repo))
+        environment, test_cmd = None, _string(where, r, "test_cmd", required=False)
+        if _field(where, r, "environment", required=False) is not None:
+            try:
+                environment = from_json(r["environment"])
+            except RequestError as e:
+                raise RequestError(f"{where}: {e}") from None
+        elif table is not None and python is None:
+            environment, spec_cmd = _from_specs(where, r, ident, checkout, table)
+            test_cmd = test_cmd or spec_cmd
         out[ident] = Instance(
             instance_id=ident,
-            repo=os.path.normpath(os.path.join(base, repo)),
+            repo=checkout,
             test_patch=_string(where, r, "test_patch", required=False) or None,
             fail_to_pass=_node_ids(where, r, "FAIL_TO_PASS"),
             pass_to_pass=_node_ids(where, r, "PASS_TO_PASS"),
-            python=_string(where, r, "python", required=False),
+            python=python,
+            environment=environment,
+            test_cmd=test_cmd,
         )
     return out
+
+
+def _from_specs(where: str, r: Any, ident: str, checkout: str, table: Any) -> tuple[EnvSpec, str]:
+    """The environment and test command SWE-bench's spec table gives an instance: its repo
+    (``repo_name``, else read from the id ``owner__name-N``) at its ``version``."""
+    from ._environments.swebench import lookup, repo_of
+
+    version = _field(where, r, "version")
+    name = _string(where, r, "repo_name", required=False) or repo_of(ident)
+    if name is None:
+        raise RequestError(f"{where}: no `repo_name`, and the id is not SWE-bench's owner__name-N")
+    entry = lookup(table, name, str(version), lambda p: os.path.isfile(os.path.join(checkout, p)))
+    return entry.environment, entry.test_cmd
 
 
 def load_predictions(path: str) -> dict[str, Prediction]:
@@ -158,6 +196,7 @@ def candidate(instance: Instance, prediction: Prediction) -> Candidate:
         repo=instance.repo,
         patch=prediction.model_patch,
         python=instance.python,
+        environment=instance.environment,
         test_patch=instance.test_patch,
         fail_to_pass=instance.fail_to_pass,
         pass_to_pass=instance.pass_to_pass,
@@ -258,10 +297,12 @@ async def _observe(cands: Sequence[Candidate], options: Options) -> list[Executi
     return results
 
 
-def main(predictions_path: str, instances_path: str, output: str, *, options: Options) -> int:
+def main(
+    predictions_path: str, instances_path: str, output: str, *, options: Options, specs: str | None = None
+) -> int:
     """The command: 0 when the report is written, 2 for bad input (one line on stderr)."""
     try:
-        instances = load_instances(instances_path)
+        instances = load_instances(instances_path, specs=specs)
         predictions = load_predictions(predictions_path)
         todo: list[Candidate] = []
         for ident, p in predictions.items():

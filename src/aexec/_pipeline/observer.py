@@ -24,6 +24,7 @@ from .._boundary.isolation import Isolation, detect_isolation
 from .._boundary.leftovers import default_registry, register, sweep_cgroups, sweep_leftovers
 from .._boundary.scratch import SCRATCH_PREFIX, make_etc
 from .._boundary.supervise import LocalSupervisor, Supervisor
+from .._environments.spec import EnvBroken
 from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, ExecutionObservation
@@ -35,7 +36,7 @@ from .request import Checked, validate_all
 from .run import DEFERRED_CLEANUP, remove_deferred
 from .session import WAITING_RUNS_PER_CORE, Session, selections
 from .toolchain import LangToolchains, Toolchain, Toolchains
-from .witness import observe_one, unobservable
+from .witness import environment_broken, observe_one, unobservable
 
 log = get_logger(__name__)
 
@@ -258,6 +259,9 @@ class Observer:
                     try:
                         job = await session.job(i, checked)
                         obs = await observe_one(session, job)
+                    except EnvBroken as e:  # the environment's fault, never the candidate's
+                        obs = environment_broken(checked.candidate, checked.classification, e, self.version)
+                        log.warning("environment_broken", candidate=checked.candidate.id, kind=e.kind)
                     except Exception as e:
                         obs = unobservable(checked.candidate, checked.classification, e, self.version)
                         log.error("observation_failed", candidate=checked.candidate.id, error=obs.error)

@@ -23,6 +23,7 @@ from .._boundary.forkserver import ForkServer
 from .._boundary.isolation import Isolation
 from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
+from .._environments.build import Built, default_root, ensure
 from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, Environment, ExecutionObservation
@@ -35,7 +36,7 @@ from .._stages.policy import declare
 from .._types import TestVerdict
 from .cache import DiskCache, Inflight, Memo, in_thread
 from .request import Checked
-from .toolchain import LangToolchain, LangToolchains, Toolchain, Toolchains
+from .toolchain import LangToolchain, LangToolchains, Toolchain, Toolchains, resolve_python
 
 log = get_logger(__name__)
 
@@ -140,6 +141,8 @@ class Session:
         self.server_starts: Inflight[Any] = Inflight()
         #: A language's toolchain is probed once per call (and once per change).
         self.lang_toolchains: Inflight[LangToolchain] = Inflight()
+        #: A declared environment is looked up (or built) once per call per repo and spec.
+        self.environments: Inflight[Built] = Inflight()
         self._bytecode: Inflight[str | None] = Inflight()
         #: Per repo, what the call's test runs select of it together (None: a whole suite).
         self.selections = selections
@@ -170,7 +173,8 @@ class Session:
     async def job(self, index: int, checked: Checked) -> Job:
         """Probe, declare and key one candidate `validate` checked (no run yet)."""
         candidate, classification, runner = checked.candidate, checked.classification, checked.runner
-        python = checked.python
+        built = await self.environment(candidate)
+        python = checked.python if built is None else resolve_python(built.python)
         tool = await self.observer.toolchains.get(python, self.toolchains, self.cache)
         lang = None
         if candidate.language != "python":
@@ -186,6 +190,8 @@ class Session:
             max_cores=float(os.cpu_count() or 1),
             request_type=candidate.request_type,
         )
+        if built is not None:
+            env = attrs.evolve(env, environment_key=built.key, lock_hash=built.lock_hash)
         repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
         version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
         declared = _serde.unstructure_env(env)
@@ -204,6 +210,17 @@ class Session:
         return Job(
             index, candidate, classification, runner, tool, env, declared, repo_hash, version, key, lang
         )
+
+    async def environment(self, candidate: Candidate) -> Built | None:
+        """The candidate's declared environment, built on first use (None without one);
+        raises `EnvBroken` when it cannot be had."""
+        spec, repo = candidate.environment, candidate.repo
+        if spec is None or repo is None:
+            return None
+        root = self.options.env_dir or default_root(self.options.cache_dir)
+        key = json.dumps([repo, root, spec.as_json()])
+        built, _ = await self.environments.run(key, lambda: in_thread(ensure, spec, repo, root))
+        return built
 
     async def bytecode(self, repo: str, tool: Toolchain) -> str | None:
         """``repo`` compiled for ``tool`` (`compile_bytecode`), made on first use, with the

@@ -15,6 +15,7 @@ from .._boundary.forkserver import top_level_names
 from .._boundary.patch import PatchError, patch_paths
 from .._boundary.scratch import import_roots
 from .._boundary.trees import texts_naming
+from .._environments.spec import EnvBroken
 from .._log import get_logger
 from .._records import Candidate, EnvFault, ExecutionObservation
 from .._stages.assemble import (
@@ -254,6 +255,22 @@ def repo_defines(repo: str, want: set[tuple[str, str]]) -> set[tuple[str, str]]:
     for path, text in texts_naming(repo, {name for _, name in want}):
         found |= defined_in(path, text, want)
     return found
+
+
+def environment_broken(
+    candidate: Candidate, classification: Classification, error: EnvBroken, aexec_version: str
+) -> ExecutionObservation:
+    """The ``env_broken`` observation of a candidate whose declared environment cannot be
+    had (kind ``unsupported`` or ``build``, with uv's log tail): nothing of it ran."""
+    obs = unobserved(
+        ident=candidate.id,
+        classification=classification,
+        message=f"environment {error.kind}: {error.message.splitlines()[0]}",
+        aexec_version=aexec_version,
+    )
+    fault = EnvFault(kind=error.kind, message=error.message, pristine_exit_code=None)
+    obs = attrs.evolve(obs, flags=attrs.evolve(obs.flags, env_broken=True), env_fault=fault)
+    return graded(obs, candidate)
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -160,3 +160,23 @@ def submission_key(fields: Mapping[str, Any], repo_key: str | None, *, aexec: st
     """A Ray submission's: a candidate's ``fields`` (``attrs.asdict``) but its ``id``, its
     repository by content (``repo_key``) instead of its path."""
     return cache_key(aexec=aexec, candidate={**fields, "id": None, "repo": repo_key})
+
+
+# -- environments aexec builds (issue 30, ``aexec._environments``) ------------------------
+
+
+def setup_key(files: Mapping[str, str | None]) -> str:
+    """A repo's setup files by content: each name's SHA-256 (None: absent)."""
+    return cache_key(files=dict(files))
+
+
+def resolution_key(*, spec: Any, interpreter: str, setup_hash: str, index: Any) -> str:
+    """What a declared environment resolves from (the spec, the interpreter, the repo's
+    setup files, the package index): its answer is the lock."""
+    return cache_key(role="env-resolution", spec=spec, interpreter=interpreter, setup=setup_hash, index=index)
+
+
+def environment_key(*, interpreter: str, lock_hash: str, setup_hash: str) -> str:
+    """What is built: the interpreter, the resolved lock and the repo's setup files. Two
+    specs that resolve to one lock share one environment."""
+    return cache_key(role="environment", interpreter=interpreter, lock=lock_hash, setup=setup_hash)

@@ -1,0 +1,373 @@
+"""Build a declared environment with uv, cached by content, one builder per key (I/O).
+
+Blocking: the pipeline calls `ensure` in a worker thread. Under the environments' root::
+
+    uv-cache/            uv's cache: every environment's files are hardlinks into it
+    resolved/<rkey>.json the lock a resolution key resolved to (and its hash)
+    envs/<ekey>/         a virtual environment; ``aexec-env.json`` in it marks it complete
+    failed/<key>.json    a resolution or build that failed: not tried again (``aexec env gc`` forgets it)
+    logs/<key>.log       uv's output of the last attempt
+    locks/<key>          the file lock of each key: one builder per key across processes
+    tmp/                 copies of a repo's base, where its setup code runs
+
+Only the repo's base (the checkout the request names, never a candidate's patch) is
+read, and its setup code runs in a copy under ``tmp/``: nothing is written outside the
+root. The environment holds dependencies only, never the repo (`EnvSpec.install`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+
+import attrs
+
+from .._log import get_logger
+from .._stages.keys import environment_key, resolution_key, setup_key
+from .interpreters import find_interpreters
+from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
+
+log = get_logger(__name__)
+
+#: How long one uv step may take.
+BUILD_TIMEOUT_S = 1800.0
+#: Lines of uv's output an ``env_broken`` build failure carries.
+TAIL_LINES = 30
+MARKER = "aexec-env.json"
+#: uv's settings that change what a resolution finds: part of the resolution key.
+INDEX_VARS = (
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS",
+    "UV_NO_INDEX",
+)
+
+
+@attrs.frozen
+class Built:
+    """A built environment: its key, its lock's hash, its interpreter."""
+
+    key: str
+    lock_hash: str
+    #: The environment's own interpreter (``envs/<key>/bin/python``).
+    python: str
+    #: The interpreter it was made from, and its version.
+    interpreter: str
+    interpreter_version: str
+    path: str
+    #: Served from the cache (nothing built by this call).
+    cached: bool
+    seconds: float
+    #: Bytes of the environment's files no other environment shares (not hardlinked).
+    unique_bytes: int
+
+
+def default_root(cache_dir: str | None) -> str:
+    """``<cache_dir>/envs``, or without a cache dir ``$XDG_CACHE_HOME/aexec/envs``."""
+    if cache_dir is not None:
+        return os.path.join(cache_dir, "envs")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "aexec", "envs")
+
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found is None:
+            raise EnvBroken("unsupported", "uv is not installed (pip install uv)") from None
+        return found
+
+
+def setup_hash(repo: str, spec: EnvSpec) -> str:
+    """SHA-256 of the repo's setup files and the spec's requirement files (absent: None)."""
+    files: dict[str, str | None] = {}
+    for name in (*SETUP_FILES, *spec.requirements):
+        path = os.path.join(repo, name)
+        try:
+            with open(path, "rb") as f:
+                files[name] = hashlib.sha256(f.read()).hexdigest()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            if name in spec.requirements:
+                raise EnvBroken("build", f"requirements file {name!r} is not in the repo") from None
+            files[name] = None
+    return setup_key(files)
+
+
+def _exclude_newer(spec: EnvSpec, repo: str) -> str | None:
+    if spec.exclude_newer != "base":
+        return spec.exclude_newer
+    try:
+        done = subprocess.run(
+            ["git", "-C", repo, "log", "-1", "--format=%cI", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except OSError as e:
+        raise EnvBroken("build", f"exclude_newer 'base': git cannot run ({e})") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        raise EnvBroken("build", "exclude_newer 'base': the repo is not a git checkout with a commit")
+    return done.stdout.strip()
+
+
+def _read_json(path: str) -> dict[str, object] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: str, data: Mapping[str, object]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def locked(root: str, key: str) -> Iterator[None]:
+    """Hold ``key``'s file lock (one holder across threads and processes)."""
+    os.makedirs(os.path.join(root, "locks"), exist_ok=True)
+    fd = os.open(os.path.join(root, "locks", key), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _check_failed(root: str, key: str) -> None:
+    failed = _read_json(os.path.join(root, "failed", key + ".json"))
+    if failed is not None:
+        raise EnvBroken(str(failed.get("kind", "build")), str(failed.get("message", "")))
+
+
+def _fail(root: str, key: str, kind: str, message: str) -> EnvBroken:
+    """Record the failure (not offline: that one may be the missing network's)."""
+    if not os.environ.get("UV_OFFLINE"):
+        _write_json(
+            os.path.join(root, "failed", key + ".json"), {"kind": kind, "message": message, "at": time.time()}
+        )
+    return EnvBroken(kind, message)
+
+
+def _uv(root: str, key: str, step: str, argv: list[str], *, cwd: str) -> None:
+    """Run one uv step (niced: builds yield the cores to test runs), its output in
+    ``logs/<key>.log``; a failure is recorded under ``key`` and raised as `EnvBroken`."""
+    env = {
+        **os.environ,
+        "UV_CACHE_DIR": os.path.join(root, "uv-cache"),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_NO_CONFIG": "1",
+        "UV_LINK_MODE": "hardlink",
+        "UV_CONCURRENT_BUILDS": "1",
+        "TMPDIR": os.path.join(root, "tmp"),
+    }
+    nice = shutil.which("nice")
+    os.makedirs(os.path.join(root, "logs"), exist_ok=True)
+    logfile = os.path.join(root, "logs", key + ".log")
+    try:
+        done = subprocess.run(
+            [*([nice, "-n", "10"] if nice else []), uv_binary(), *argv],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
+        )
+        output, rc = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as e:
+        said = [x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr)]
+        output, rc = f"{''.join(said)}\ntimed out after {BUILD_TIMEOUT_S:g} s", None
+    with open(logfile, "a", encoding="utf-8") as f:
+        f.write(f"$ uv {' '.join(argv)}\n{output}\n")
+    if rc != 0:
+        tail = "\n".join(
+            output.replace(os.path.join(root, "tmp"), "<tmp>").strip().splitlines()[-TAIL_LINES:]
+        )
+        raise _fail(root, key, "build", f"{step} failed (exit {rc}); log {logfile}; its tail:\n{tail}")
+
+
+def _project_file(copy: str) -> str | None:
+    """The file uv reads the repo's own dependencies from, or None."""
+    pyproject = os.path.join(copy, "pyproject.toml")
+    text = ""
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(pyproject, encoding="utf-8") as f:
+        text = f.read()
+    if re.search(r"^\[project\]", text, re.M):
+        return pyproject
+    for name in ("setup.py", "setup.cfg"):
+        if os.path.isfile(os.path.join(copy, name)):
+            return os.path.join(copy, name)
+    return pyproject if re.search(r"^\[build-system\]", text, re.M) else None
+
+
+def _local(line: str, work: str) -> bool:
+    """A lock line naming a local path (``-e .``, ``./x``, ``file:``): the repo or a part."""
+    req = line.strip()
+    return req.startswith(("-e", "--editable", ".", "/")) or "file:" in req or work in req
+
+
+def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
+    """The lock (``name==version`` lines) of ``spec`` for ``repo``'s base, by ``uv pip compile``
+    in a copy of the repo under ``tmp/`` (its setup code may run)."""
+    os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
+    work = tempfile.mkdtemp(prefix="resolve-", dir=os.path.join(root, "tmp"))
+    try:
+        copy = os.path.join(work, "repo")
+        shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        lines = [*spec.packages, "pytest"]  # the runs need pytest; a pin elsewhere wins
+        lines += [f"-r {os.path.join(copy, r)}" for r in spec.requirements]
+        with open(os.path.join(work, "requirements.in"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        inputs = [os.path.join(work, "requirements.in")]
+        project = _project_file(copy) if spec.install == "deps" else None
+        if project is not None:
+            inputs.append(project)
+        extras = [a for e in spec.extras for a in ("--extra", e)] if project is not None else []
+        out = os.path.join(work, "lock.txt")
+        argv = ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python", interpreter]
+        argv += [*extras, *(["--exclude-newer", exclude] if exclude else []), "-o", out, *inputs]
+        _uv(root, rkey, "resolving (uv pip compile)", argv, cwd=copy)  # paths as pip reads them
+        with open(out, encoding="utf-8") as f:
+            # A line naming the copy is the repo itself (``-e .`` in a requirements
+            # file): never installed, the code under test is the candidate's copy.
+            return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def unique_bytes(path: str) -> int:
+    """Bytes of the regular files under ``path`` with no other link (what it alone costs)."""
+    total = 0
+    for top, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(top, name))
+                if st.st_nlink == 1 and not os.path.islink(os.path.join(top, name)):
+                    total += st.st_size
+    return total
+
+
+def _lock_of(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
+    """The resolution key's lock: from ``resolved/``, or resolved once (under its lock)."""
+    path = os.path.join(root, "resolved", rkey + ".json")
+    hit = _read_json(path)
+    if hit is None:
+        _check_failed(root, rkey)
+        with locked(root, rkey):
+            hit = _read_json(path)
+            if hit is None:
+                _check_failed(root, rkey)
+                lock = _resolve(spec, repo, interpreter, exclude, root, rkey)
+                hit = {"lock": lock, "lock_hash": hashlib.sha256(lock.encode()).hexdigest()}
+                _write_json(path, hit)
+    return str(hit["lock"])
+
+
+def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
+    """The environment ``spec`` declares for ``repo``'s base: from the cache, or built
+    (once per key, whoever else asks at the same time). Raises `EnvBroken`: kind
+    ``unsupported`` (no interpreter, more than pip) or ``build`` (uv failed; recorded, so
+    the next ask fails at once). ``UV_OFFLINE=1`` builds from uv's cache alone."""
+    start = time.monotonic()
+    repo, root = os.path.abspath(repo), os.path.abspath(root)
+    reason = spec.unsupported()
+    if reason is not None:
+        raise EnvBroken("unsupported", reason)
+    found = find_interpreters()
+    interpreter = pick_interpreter(spec.python, found)
+    if interpreter is None:
+        have = ", ".join(sorted(found, key=version_tuple)) or "none"
+        raise EnvBroken(
+            "unsupported", f"Python {spec.python}: no such interpreter on this machine (found: {have})"
+        )
+    version = next(v for v, p in found.items() if p == interpreter)
+    ident = f"{interpreter} {version}"
+    setup = setup_hash(repo, spec)
+    exclude = _exclude_newer(spec, repo)
+    index = {v: os.environ[v] for v in INDEX_VARS if os.environ.get(v)}
+    rkey = resolution_key(
+        spec={**spec.as_json(), "exclude_newer": exclude}, interpreter=ident, setup_hash=setup, index=index
+    )
+    lock = _lock_of(spec, repo, interpreter, exclude, root, rkey)
+    lock_hash = hashlib.sha256(lock.encode()).hexdigest()
+    key = environment_key(interpreter=ident, lock_hash=lock_hash, setup_hash=setup)
+    path = os.path.join(root, "envs", key)
+    python = os.path.join(path, "bin", "python")
+
+    def done(cached: bool, marker: Mapping[str, object]) -> Built:
+        with contextlib.suppress(OSError):
+            os.utime(os.path.join(path, MARKER))  # last use, for `aexec env gc --unused-days`
+        size = marker.get("unique_bytes")
+        return Built(
+            key,
+            lock_hash,
+            python,
+            interpreter,
+            version,
+            path,
+            cached,
+            time.monotonic() - start,
+            size if isinstance(size, int) else 0,
+        )
+
+    marker = _read_json(os.path.join(path, MARKER))
+    if marker is not None:
+        return done(True, marker)
+    _check_failed(root, key)
+    with locked(root, key):
+        marker = _read_json(os.path.join(path, MARKER))
+        if marker is not None:
+            return done(True, marker)
+        _check_failed(root, key)
+        shutil.rmtree(path, ignore_errors=True)  # a build that died half way
+        os.makedirs(os.path.join(root, "envs"), exist_ok=True)
+        log.info("environment_building", key=key[:12], python=version)
+        _uv(
+            root,
+            key,
+            "creating the environment (uv venv)",
+            ["venv", "--quiet", "--python", interpreter, path],
+            cwd=root,
+        )
+        lockfile = os.path.join(path, "aexec-lock.txt")
+        with open(lockfile, "w", encoding="utf-8") as f:
+            f.write(lock)
+        argv = ["pip", "install", "--quiet", "--no-deps", "--python", python, "-r", lockfile]
+        _uv(root, key, "installing (uv pip install)", argv, cwd=root)
+        marker = {
+            "key": key,
+            "lock_hash": lock_hash,
+            "interpreter": interpreter,
+            "python_version": version,
+            "spec": spec.as_json(),
+            "resolution": rkey,
+            "seconds": round(time.monotonic() - start, 3),
+            "unique_bytes": unique_bytes(path),
+        }
+        _write_json(os.path.join(path, MARKER), marker)
+        log.info("environment_built", key=key[:12], seconds=marker["seconds"])
+        return done(False, marker)

@@ -1,0 +1,162 @@
+"""The declared environment of a request (`EnvSpec`): what to build, never how. Pure.
+
+A ``run_suite`` request (or an ``aexec swebench`` instance) may carry ``environment``
+instead of ``python``::
+
+    {"python": "3.11", "requirements": ["requirements/test.txt"], "packages": ["numpy==1.26.4"],
+     "extras": ["test"], "install": "deps", "exclude_newer": "2024-03-01T00:00:00Z"}
+
+``install`` says what becomes of the repo itself: ``deps`` (the default) installs the
+dependencies its ``pyproject.toml`` / ``setup.py`` / ``setup.cfg`` declare (with
+``extras``) but never the repo, ``none`` installs only ``requirements`` and ``packages``.
+The code under test is always the candidate's patched scratch copy, first on
+``sys.path``. ``system`` names what a pip environment cannot give (``conda: …``,
+``apt: …``): such a spec is ``env_broken``, kind ``unsupported``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .._errors import RequestError
+
+__all__ = ["INSTALL_MODES", "MIN_PYTHON", "EnvBroken", "EnvSpec", "from_json", "pick_interpreter"]
+
+INSTALL_MODES = ("deps", "none")
+#: The oldest Python aexec's driver runs on (``_boundary/driver.py`` and ``_wire.py``).
+MIN_PYTHON = (3, 9)
+#: The files of a repo whose content decides its dependencies (with ``requirements``).
+SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+
+_VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
+_EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_FIELDS = ("python", "requirements", "packages", "extras", "install", "exclude_newer", "system")
+
+
+class EnvBroken(Exception):
+    """The declared environment cannot be had: ``unsupported`` here, or its ``build`` failed."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+def _strings(name: str) -> Any:
+    def check(_: object, __: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item.strip() or "\n" in item or "\0" in item:
+                raise RequestError(f"environment.{name}[{i}] must be a non-empty one-line string")
+
+    return check
+
+
+def _tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
+def _check(spec: EnvSpec) -> None:
+    if not isinstance(spec.python, str) or not _VERSION.match(spec.python):
+        raise RequestError(
+            f"environment.python must be a version like '3.11' or '3.11.7', got {spec.python!r}"
+        )
+    for name in ("requirements", "packages", "extras", "system"):
+        if not isinstance(getattr(spec, name), tuple):
+            raise RequestError(f"environment.{name} must be a list of strings")
+    for i, path in enumerate(spec.requirements):
+        parts = path.replace("\\", "/").split("/")
+        if path.startswith("/") or ".." in parts:
+            raise RequestError(f"environment.requirements[{i}] must be a path inside the repo, got {path!r}")
+    for i, extra in enumerate(spec.extras):
+        if not _EXTRA.match(extra):
+            raise RequestError(f"environment.extras[{i}] is not an extra's name: {extra!r}")
+    if spec.install not in INSTALL_MODES:
+        raise RequestError(
+            f"environment.install must be one of {', '.join(INSTALL_MODES)}, got {spec.install!r}"
+        )
+    if spec.exclude_newer is not None and not (
+        isinstance(spec.exclude_newer, str)
+        and (spec.exclude_newer == "base" or _DATE.match(spec.exclude_newer))
+    ):
+        raise RequestError(
+            f"environment.exclude_newer must be a date (RFC 3339) or 'base', got {spec.exclude_newer!r}"
+        )
+
+
+@attrs.frozen
+class EnvSpec:
+    """A declared environment (see the module docstring); checked as it is made."""
+
+    python: str
+    requirements: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple, validator=_strings("requirements")
+    )
+    packages: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("packages"))
+    extras: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("extras"))
+    install: str = "deps"
+    #: Resolve as of this date (RFC 3339), or ``base``: the repo's HEAD commit time.
+    exclude_newer: str | None = None
+    #: What it needs beyond pip (``conda: gdal``, ``apt: libxml2-dev``): unsupported here.
+    system: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("system"))
+
+    def __attrs_post_init__(self) -> None:
+        _check(self)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "python": self.python,
+            "requirements": list(self.requirements),
+            "packages": list(self.packages),
+            "extras": list(self.extras),
+            "install": self.install,
+            "exclude_newer": self.exclude_newer,
+            "system": list(self.system),
+        }
+
+    def unsupported(self) -> str | None:
+        """Why no interpreter-independent reading of the spec can be built here, or None."""
+        if self.system:
+            return f"needs more than pip: {'; '.join(self.system)}"
+        if version_tuple(self.python)[:2] < MIN_PYTHON:
+            return (
+                f"Python {self.python}: aexec's driver runs on Python"
+                f" {'.'.join(map(str, MIN_PYTHON))} or later"
+            )
+        return None
+
+
+def from_json(data: Any) -> EnvSpec:
+    """A request's ``environment`` object → `EnvSpec`; `RequestError` naming the field."""
+    if isinstance(data, EnvSpec):
+        return data
+    if not isinstance(data, Mapping):
+        raise RequestError(f"environment must be an object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise RequestError(f"environment: unknown field {unknown[0]!r} (expected {', '.join(_FIELDS)})")
+    if "python" not in data:
+        raise RequestError("environment: missing `python` (a version like '3.11')")
+    fields = {k: v for k, v in data.items() if v is not None}
+    for name in ("requirements", "packages", "extras", "system"):
+        if name in fields and not isinstance(fields[name], list):
+            raise RequestError(f"environment.{name} must be a list of strings")
+    return EnvSpec(**fields)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def pick_interpreter(version: str, found: Mapping[str, str]) -> str | None:
+    """The path, among ``found`` (full version → interpreter), that ``version`` names: the
+    same full version, or the newest patch release of ``X.Y``; None if there is none."""
+    want = version_tuple(version)
+    matches = sorted(
+        (version_tuple(v), path) for v, path in found.items() if version_tuple(v)[: len(want)] == want
+    )
+    return matches[-1][1] if matches else None
