@@ -92,6 +92,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_ab.report",
             "_ab.harness",
             "_swebench",
+            "testing",
         ],
     ),
     ("7 entry points", ["_commands", "_cli", "__main__", "__init__"]),
