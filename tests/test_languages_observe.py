@@ -28,6 +28,14 @@ from aexec._wire import RECORD_FIELDS, decode, encode, keep
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 _CASES = Path(__file__).parent / "data" / "languages" / "cases.py"
 
 

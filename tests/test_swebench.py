@@ -21,6 +21,14 @@ from aexec._stages.grade import grade, selection
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 OPS = "calc/ops.py"
 TESTS = "tests/test_ops.py"
 MORE = "tests/test_more.py"
