@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from aexec import _languages as langs
+
 from .unit.test_languages import DATA, _load, record
 
 LIVE = [
@@ -27,7 +29,7 @@ LIVE = [
 def test_recordings_still_match_the_live_toolchains(language: str, name: str) -> None:
     tools = record.resolve_tools(language)
     if tools is None:
-        pytest.skip(f"{language}: toolchain {' '.join(record.TOOLS[language])} is not installed")
+        pytest.skip(f"{language}: toolchain {' '.join(langs.language(language).tools)} is not installed")
     recorded = _load(DATA / language / f"{name}.json")
     live = record.run_case(recorded, tools)
     assert (

@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         [
             "_languages._common",
             "_languages.suite",
+            "_languages._language",
             "_languages.cfamily",
             "_languages.ctest",
             "_languages.java",

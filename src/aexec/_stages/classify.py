@@ -103,7 +103,7 @@ def check_language(candidate: Candidate) -> None:
     if lang == "python":
         return
     if candidate.request_type == "run_suite" and candidate.repo is not None:
-        if lang not in langs.SUITE_LANGUAGES:
+        if langs.language(lang).suite is None:
             raise RequestError(
                 f"language {lang!r}: run_suite runs {', '.join(langs.SUITE_LANGUAGES)} suites, not {lang}"
             )
