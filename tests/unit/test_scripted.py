@@ -9,7 +9,6 @@ test_antigaming, test_exit, test_observe).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,6 @@ import aexec
 from aexec import Candidate, Policy
 from aexec._types import STREAM_CAP_BYTES
 from aexec.testing import ScriptedSupervisor, pytest_run, raw_run, scripted_observer, snippet_run
-
-from ..conftest import EXAMPLES
 
 pytestmark = pytest.mark.anyio
 
@@ -31,13 +28,6 @@ EMPTY = "tests/test_cart.py::test_empty"
 def anyio_backend() -> str:
     """The judgement, not the event loop: one backend (the seam itself runs on both below)."""
     return "asyncio"
-
-
-@pytest.fixture
-def shop(tmp_path: Path) -> Path:
-    dest = tmp_path / "shop"
-    shutil.copytree(EXAMPLES / "shop", dest)
-    return dest
 
 
 def suite(shop: Path) -> Candidate:
