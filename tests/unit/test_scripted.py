@@ -15,7 +15,7 @@ import pytest
 
 import aexec
 from aexec import Candidate, Policy
-from aexec._types import STREAM_CAP_BYTES
+from aexec._types import MESSAGE_CAP_CHARS, STREAM_CAP_BYTES, TRUNCATION_MARKER
 from aexec.testing import ScriptedSupervisor, pytest_run, raw_run, scripted_observer, snippet_run
 
 pytestmark = pytest.mark.anyio
@@ -111,12 +111,31 @@ async def test_a_snippet_killed_by_a_signal_fails() -> None:
     assert obs.verdict == "fail" and obs.failure is not None
 
 
-async def test_output_past_the_cap_is_kept_capped_as_the_supervisor_cut_it() -> None:
-    cut = "x" * STREAM_CAP_BYTES + "\n[aexec: output truncated]"
+async def test_output_the_supervisor_capped_is_kept_with_its_marker() -> None:
+    cut = "x" * STREAM_CAP_BYTES + TRUNCATION_MARKER.format(dropped=10, stream="stdout", cap=STREAM_CAP_BYTES)
     obs = await observe(
         Candidate("run_entry", "snippet", code="x"), ScriptedSupervisor(snippet_run(stdout=cut))
     )
     assert obs.stdout == cut
+
+
+async def test_an_exceptions_message_past_the_cap_is_cut_to_it() -> None:
+    raised = snippet_run(
+        exit_code=1,
+        records=[
+            {
+                "kind": "exception",
+                "phase": "run",
+                "type": "builtins.ValueError",
+                "bases": ["builtins.ValueError", "builtins.Exception", "builtins.BaseException"],
+                "message": "y" * (10 * MESSAGE_CAP_CHARS),
+                "frames": [],
+            }
+        ],
+    )
+    obs = await observe(Candidate("run_entry", "snippet", code="x"), ScriptedSupervisor(raised))
+    assert obs.verdict == "fail" and obs.failure is not None
+    assert "yyyy" in obs.failure.message and len(obs.failure.message) <= MESSAGE_CAP_CHARS + 64
 
 
 async def test_a_run_not_scripted_is_that_candidates_one_line_error() -> None:
