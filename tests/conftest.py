@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import aexec
+import aexec._cli
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -119,3 +124,32 @@ def live_pids_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def aexec_in_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``aexec ARGS`` called in this process (``aexec._cli.main``): its exit status and
+    both streams, as ``subprocess.run`` gives them for the real command, without the
+    second or so an interpreter takes to start. For what is refused before anything runs:
+    a run it starts fails the test (the real command's witnesses are in test_bad_input)."""
+
+    async def ran(self: object, invocation: aexec.Invocation) -> aexec.RawRun:
+        raise AssertionError(f"aexec {' '.join(args)} started a run: {invocation.argv}")
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.setattr(aexec.LocalSupervisor, "execute", ran)
+        if cwd is not None:
+            mp.chdir(cwd)
+        try:
+            code: object = aexec._cli.main(list(args))
+        except SystemExit as e:
+            code = e.code
+            if isinstance(code, str):
+                print(code, file=sys.stderr)
+                code = 1
+        finally:
+            import structlog
+
+            structlog.reset_defaults()  # main configures it for the process: not for the next test
+    status = 0 if code is None else int(code)  # type: ignore[call-overload]
+    return subprocess.CompletedProcess(["aexec", *args], status, out.getvalue(), err.getvalue())

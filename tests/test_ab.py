@@ -19,7 +19,7 @@ from aexec._ab.metrics import metrics
 from aexec._ab.naive import guess_class
 from aexec._ab.report import ablation_verdict
 
-from .conftest import EXAMPLES, diff
+from .conftest import EXAMPLES, aexec_in_process, diff
 
 ROOT = Path(__file__).resolve().parent.parent
 AEXEC = [sys.executable, "-m", "aexec"]
@@ -186,13 +186,13 @@ def test_labels_from_a_file_and_bad_input_is_one_line_naming_the_place(tmp_path:
     corpus = load_corpus(str(bare), str(labels))
     assert [c.label for c in corpus.cases] == [parse_label(c["label"], "x") for c in lines]
     labels.write_text("".join(json.dumps({"id": c["id"], **c["label"]}) + "\n" for c in lines[:-1]))
-    done = run("ab", str(bare), "--labels", str(labels))
+    done = aexec_in_process("ab", str(bare), "--labels", str(labels))
     assert done.returncode == 2
     assert done.stderr.strip() == f"aexec: {bare}:11: no label for id 'type-says-assertion' in {labels}"
-    done = run("ab", str(bare))
+    done = aexec_in_process("ab", str(bare))
     assert done.returncode == 2 and f"{bare}:1: no `label` on the line" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
-    done = run("ab", str(cases), "--ablate", "vibes")
+    done = aexec_in_process("ab", str(cases), "--ablate", "vibes")
     assert done.returncode == 2 and "invalid choice: 'vibes'" in done.stderr
 
 

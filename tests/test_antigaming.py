@@ -15,6 +15,14 @@ from .conftest import diff
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 CART = "shop/cart.py"
 TEST = "tests/test_cart.py"
 

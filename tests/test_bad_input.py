@@ -49,7 +49,7 @@ import pytest
 
 import aexec
 
-from .conftest import EXAMPLES, RefusingSupervisor, diff, live_pids_with
+from .conftest import EXAMPLES, RefusingSupervisor, aexec_in_process, diff, live_pids_with
 
 AEXEC = [sys.executable, "-m", "aexec"]
 NCORES = os.cpu_count() or 1
@@ -400,7 +400,7 @@ def test_rejected_whole_naming_line_and_field(
     cases = tmp_path / "cases.jsonl"
     cases.write_bytes(jline(good("ok")) + b"\n" + _fill(bad, private_shop) + jline(SLEEPER))
     out = tmp_path / "obs.jsonl"
-    done = run("observe", str(cases), "-o", str(out), "--no-cache", timeout=REJECT_BOUND_S)
+    done = aexec_in_process("observe", str(cases), "-o", str(out), "--no-cache")
     assert_rejected_whole(done, out, line=3, words=words, path=cases)
 
 
@@ -427,7 +427,7 @@ def test_line_numbers_count_only_newlines(tmp_path: Path, earlier: str) -> None:
     cases = tmp_path / "cases.jsonl"
     cases.write_bytes(first + b"{oops\n" + jline(SLEEPER))
     out = tmp_path / "obs.jsonl"
-    done = run("observe", str(cases), "-o", str(out), "--no-cache", timeout=REJECT_BOUND_S)
+    done = aexec_in_process("observe", str(cases), "-o", str(out), "--no-cache")
     assert_rejected_whole(done, out, line=3, words=("json",), path=cases)
 
 
@@ -436,7 +436,7 @@ def test_utf16_file_is_rejected_naming_line_1(tmp_path: Path) -> None:
     cases = tmp_path / "cases.jsonl"
     cases.write_bytes(jline(good("a")).decode().encode("utf-16"))
     out = tmp_path / "obs.jsonl"
-    done = run("observe", str(cases), "-o", str(out), "--no-cache", timeout=REJECT_BOUND_S)
+    done = aexec_in_process("observe", str(cases), "-o", str(out), "--no-cache")
     assert_rejected_whole(done, out, line=1, words=("utf-8", "utf8", "encod", "decod", "json", "bom"))
 
 
@@ -447,8 +447,31 @@ def test_truncated_last_line_is_rejected(tmp_path: Path) -> None:
     whole = jline(SLEEPER) + jline(good("b"))
     cases.write_bytes(whole[: len(whole) - 15])
     out = tmp_path / "obs.jsonl"
-    done = run("observe", str(cases), "-o", str(out), "--no-cache", timeout=REJECT_BOUND_S)
+    done = aexec_in_process("observe", str(cases), "-o", str(out), "--no-cache")
     assert_rejected_whole(done, out, line=2, words=("json",), path=cases)
+
+
+@pytest.mark.parametrize(
+    "kind", ["P1-real-command-bad-json", "P1-real-command-unknown-option", "P1-real-command-output-is-input"]
+)
+def test_the_real_command_refuses_as_the_in_process_one_does(tmp_path: Path, kind: str) -> None:
+    """P1, the witnesses: the rejection tests call ``aexec._cli.main`` in-process; the real
+    ``python -m aexec`` gives the same exit status (2) and the same one stderr line, within
+    the bound, and the sleeper after the bad line never runs."""
+    cases = tmp_path / "cases.jsonl"
+    cases.write_bytes(jline(good("ok")) + (b"{oops\n" if "json" in kind else b"") + jline(SLEEPER))
+    out = tmp_path / ("cases.jsonl" if "input" in kind else "obs.jsonl")
+    args = ["observe", str(cases), "-o", str(out), "--no-cache"]
+    if "option" in kind:
+        args.append("--frobnicate")
+    start = time.monotonic()
+    real = run(*args, timeout=REJECT_BOUND_S)
+    assert time.monotonic() - start < REJECT_BOUND_S
+    message = assert_rejected_whole(real, None, line=2 if "json" in kind else None)
+    here = aexec_in_process(*args)
+    assert (here.returncode, stderr_lines(here)) == (real.returncode, [message])
+    if "input" not in kind:
+        assert not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -468,7 +491,7 @@ def test_bad_options_are_one_line(tmp_path: Path, args: tuple[str, ...], words: 
     cases = tmp_path / "cases.jsonl"
     cases.write_bytes(jline(SLEEPER))
     out = tmp_path / "obs.jsonl"
-    done = run("observe", str(cases), "-o", str(out), *args, timeout=REJECT_BOUND_S)
+    done = aexec_in_process("observe", str(cases), "-o", str(out), *args)
     assert_rejected_whole(done, out, line=None, words=words)
 
 
@@ -490,7 +513,7 @@ def test_unusable_input_file_is_one_line(tmp_path: Path, kind: str) -> None:
             cases = str(tmp_path / "s.sock")
             sock = stack.enter_context(socket.socket(socket.AF_UNIX))
             sock.bind(cases)
-        done = run("observe", cases, "-o", str(out), "--no-cache", timeout=REJECT_BOUND_S)
+        done = aexec_in_process("observe", cases, "-o", str(out), "--no-cache")
     message = assert_rejected_whole(done, out, line=None)
     assert cases in message or os.path.basename(cases) in message, message
 
@@ -590,7 +613,7 @@ def test_a_file_without_requests_gets_a_defined_answer(tmp_path: Path, content: 
     cases = tmp_path / "cases.jsonl"
     cases.write_bytes(content)
     out = tmp_path / "obs.jsonl"
-    done = run("observe", str(cases), "-o", str(out), "--no-cache", timeout=REJECT_BOUND_S)
+    done = aexec_in_process("observe", str(cases), "-o", str(out), "--no-cache")
     if done.returncode == 2:
         assert_rejected_whole(done, out, line=None, words=("request", "empty", "no "))
     else:
@@ -1458,7 +1481,7 @@ def test_unwritable_paths_are_refused_before_anything_runs(tmp_path: Path, kind:
         elif kind == "cache-dir-parent-is-a-file":
             (tmp_path / "afile").write_text("x")
             extra = ["--cache-dir", str(tmp_path / "afile" / "cache")]
-        done = run("observe", str(cases), "-o", str(out), *extra, timeout=25)
+        done = aexec_in_process("observe", str(cases), "-o", str(out), *extra)
         assert_rejected_whole(done, None, line=None, words=("output", "-o", "cache", "input", str(out)))
     assert cases.read_bytes() == original, "the input was overwritten"
 
@@ -1480,7 +1503,7 @@ def test_discriminate_checks_its_output_before_running(tmp_path: Path, private_s
     original = b"".join(jline(r) for r in rows)
     cases.write_bytes(original)
     out = tmp_path / "missing" / "out.jsonl" if "missing" in kind else cases
-    done = run("discriminate", str(cases), "-o", str(out), "--no-cache", timeout=25)
+    done = aexec_in_process("discriminate", str(cases), "-o", str(out), "--no-cache")
     assert_rejected_whole(done, None, line=None, words=("output", "-o", "input", str(out)))
     assert cases.read_bytes() == original
 

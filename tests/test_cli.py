@@ -1,4 +1,5 @@
-"""The command line, run as a real subprocess, against the JSONL contract."""
+"""The command line against the JSONL contract: run as a real subprocess, and what it
+refuses before anything runs called in-process (`aexec_in_process`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import EXAMPLES, live_pids_with
+from .conftest import EXAMPLES, aexec_in_process, live_pids_with
 
 AEXEC = [sys.executable, "-m", "aexec"]
 
@@ -98,7 +99,7 @@ def test_malformed_file_is_rejected_whole_naming_the_line(tmp_path: Path, bad_li
     )
     cases.write_text(good + "\n\n" + bad_line + "\n" + good + "\n")
     out = tmp_path / "obs.jsonl"
-    done = run("observe", str(cases), "-o", str(out))
+    done = aexec_in_process("observe", str(cases), "-o", str(out))
     assert done.returncode == 2
     message = done.stderr.strip()
     assert "\n" not in message
@@ -143,7 +144,7 @@ def test_relative_repo_resolves_against_the_cases_file(tmp_path: Path) -> None:
 
 
 def test_no_cache_and_cache_dir_exclude_each_other(tmp_path: Path) -> None:
-    done = run("observe", "x.jsonl", "-o", "y", "--no-cache", "--cache-dir", str(tmp_path))
+    done = aexec_in_process("observe", "x.jsonl", "-o", "y", "--no-cache", "--cache-dir", str(tmp_path))
     assert done.returncode == 2 and "not allowed with" in done.stderr
 
 
@@ -277,7 +278,7 @@ def test_a_rejected_input_leaves_the_output_file_of_each_command_as_it_was(tmp_p
         json.dumps({"id": "only", "request_type": "discriminate", "artifact_shape": "snippet", "code": "1"})
         + "\n"
     )
-    done = run("discriminate", str(lone), "-o", str(out), "--no-cache")
+    done = aexec_in_process("discriminate", str(lone), "-o", str(out), "--no-cache")
     assert done.returncode == 2
     assert (
         done.stderr
@@ -305,7 +306,7 @@ def test_a_rejected_input_leaves_the_output_file_of_each_command_as_it_was(tmp_p
     preds_text = json.dumps({"instance_id": "i", "model_name_or_path": "m", "model_patch": ""}) + "\n"
     preds.write_text(preds_text)
     for target, words in ((preds, f"is the input file {preds}"), (tmp_path, "is a directory")):
-        done = run("swebench", str(preds), str(inst), "-o", str(target), "--no-cache")
+        done = aexec_in_process("swebench", str(preds), str(inst), "-o", str(target), "--no-cache")
         assert done.returncode == 2, done.stderr
         assert done.stderr == f"aexec: -o {target}: {words}" + (
             "; refusing to overwrite it\n" if target == preds else "\n"
@@ -318,7 +319,7 @@ def test_a_rejected_input_leaves_the_output_file_of_each_command_as_it_was(tmp_p
     corpus.write_text(
         json.dumps(snippet | {"label": {"verdict": "pass", "failure_class": None, "f2p": None}}) + "\n"
     )
-    done = run("ab", str(corpus), "--out", str(out))
+    done = aexec_in_process("ab", str(corpus), "--out", str(out))
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"aexec: --out {out}: exists and is not a directory\n"
     assert out.read_bytes() == precious

@@ -14,6 +14,14 @@ from .conftest import diff
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 CART = "shop/cart.py"
 TESTS = ["tests/test_cart.py"]
 SUITE = {
@@ -251,7 +259,6 @@ def test_the_command_line_writes_one_line_per_task_and_refuses_a_lone_candidate(
     assert done.returncode == 2 and "AEXEC_PROBE_MODEL is not set" in done.stderr
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the grouping is pure; one backend runs it
 async def test_an_environment_that_cannot_run_the_suite_is_named_as_the_reason_the_probe_did_not_fire(
     tmp_path: Path,
 ) -> None:

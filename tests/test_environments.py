@@ -45,7 +45,8 @@ def anyio_backend() -> str:
 
 
 def _venv(where: Path, *packages: str) -> str:
-    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    # No pip of its own (ensurepip costs seconds a venv): this process's pip installs into it.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     python = str(where / "bin" / "python")
     if packages:
         pip_install(python, *packages)
@@ -54,7 +55,17 @@ def _venv(where: Path, *packages: str) -> str:
 
 def pip_install(python: str, *packages: str) -> None:
     subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            *packages,
+        ],
         check=True,
         capture_output=True,
     )

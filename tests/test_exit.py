@@ -21,6 +21,14 @@ from aexec import Candidate, Options, observe_many
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 PROGRAMS = {
     "atexit": "import atexit\natexit.register(print, 'at exit')\nprint('main')\n",
     "thread-joined": (

@@ -35,6 +35,14 @@ from .conftest import MakeRepo, live_pids_with, scratch_roots
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 BOX = detect_isolation()
 full_boundary = pytest.mark.skipif(
     not (BOX.namespaces and BOX.cgroups is not None), reason="needs root, namespaces and cgroups"
@@ -276,6 +284,7 @@ async def test_nothing_outlives_a_normal_exit() -> None:
 
 
 @full_boundary
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])  # cancellation: both
 async def test_nothing_outlives_cancellation(scratch_tmp: Path) -> None:
     marker = f"aexec-test-{uuid.uuid4()}"
     alive: list[int] = []
@@ -297,6 +306,7 @@ async def test_nothing_outlives_cancellation(scratch_tmp: Path) -> None:
 
 
 @full_boundary
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])  # cancellation: both
 async def test_killing_the_parent_or_everything_visible_hurts_no_one_else() -> None:
     hostile = [
         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",

@@ -28,6 +28,14 @@ from aexec._wire import RECORD_FIELDS, decode, encode, keep
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 _CASES = Path(__file__).parent / "data" / "languages" / "cases.py"
 
 
@@ -40,7 +48,7 @@ def _cases() -> list[dict[str, Any]]:
 
 
 #: ``prlimit --fsize=1024`` has no policy field (the disk cap is 512 MiB, too big to
-#: fill here); its parser reading is covered by the recording (tests/test_languages.py).
+#: fill here); its parser reading is covered by the recording (tests/unit/test_languages.py).
 NOT_THROUGH_POLICY = {("c", "resource_fsize")}
 
 

@@ -21,6 +21,14 @@ from .conftest import MakeRepo
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 BOX = detect_isolation()
 memory_cgroup = pytest.mark.skipif(
     BOX.cgroups is None or "memory" not in {*BOX.cgroups.v1, *BOX.cgroups.v2_controllers},

@@ -1,4 +1,5 @@
-"""The whole pipeline through the public API, on real pytest runs, on both backends."""
+"""The whole pipeline through the public API, on real pytest runs: on asyncio, and on trio
+too where the event loop drives it (a pass end to end, deadlines, kills, concurrency)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ from .conftest import CountingSupervisor, RefusingSupervisor, diff, scratch_root
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """A verdict, not the event loop: one backend (the tests marked BOTH run on trio too)."""
+    return "asyncio"
+
+
+BOTH = pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+
 CART = "shop/cart.py"
 TESTS = ["tests/test_cart.py"]
 
@@ -33,6 +43,7 @@ def suite(shop: Path, patch: str | None = None, **kw: object) -> Candidate:
     return Candidate("run_suite", "test_subset", repo=str(shop), tests=TESTS, patch=patch, **kw)  # type: ignore[arg-type]
 
 
+@BOTH
 async def test_repair_is_a_verified_pass_with_exact_f2p(shop: Path, scratch_tmp: Path) -> None:
     before_hash = hash_tree(str(shop))
     obs = await observe(suite(shop, fix_patch(shop), id="fix"))
@@ -143,6 +154,7 @@ async def test_memory_cap_is_the_declared_one() -> None:
     assert tight.environment.ram_cap_mib == 128
 
 
+@BOTH
 async def test_timeout_is_recorded_with_its_deadline(scratch_tmp: Path) -> None:
     obs = await observe(
         Candidate("run_entry", "snippet", code="while True: pass", policy=Policy(timeout_s=1))
@@ -170,6 +182,7 @@ async def test_cache_hit_does_not_run_again(tmp_path: Path) -> None:
     assert obs.verdict == "error" and "the execute stage ran" in (obs.error or "")
 
 
+@BOTH
 async def test_identical_candidates_and_before_runs_are_shared(shop: Path) -> None:
     counting = CountingSupervisor()
     fix = fix_patch(shop)
@@ -189,6 +202,7 @@ async def test_identical_candidates_and_before_runs_are_shared(shop: Path) -> No
     assert results[3].verdict == "fail" and not results[3].flags.reverified
 
 
+@BOTH
 async def test_results_keep_input_order_and_a_bad_candidate_names_its_index(shop: Path) -> None:
     cs = [
         Candidate("run_entry", "snippet", id=i, code=f"import time; time.sleep({0.3 * (3 - i)}); print({i})")
@@ -279,6 +293,7 @@ async def test_omitted_tests_run_the_whole_suite_and_an_empty_list_selects_nothi
     assert parsed.tests == ()
 
 
+@BOTH
 async def test_signal_deaths_are_seen_and_a_cpu_cap_kill_is_resource() -> None:
     segv = await observe(
         Candidate("run_entry", "snippet", code="import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
@@ -292,6 +307,7 @@ async def test_signal_deaths_are_seen_and_a_cpu_cap_kill_is_resource() -> None:
 
 
 @pytest.mark.skipif(detect_isolation().cgroups is None, reason="no cgroup to measure a run's CPU use")
+@BOTH
 async def test_sleeping_runs_do_not_hold_the_cores_busy_work_could_use() -> None:
     cores = os.cpu_count() or 1
     sleep = "import time\nprint(time.time())\ntime.sleep(6)\n"

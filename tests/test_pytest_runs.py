@@ -10,6 +10,14 @@ from .conftest import MakeRepo, diff
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 MIXED = {
     "lib.py": "def double(x):\n    return 2 * x\n",
     "tests/test_mixed.py": """

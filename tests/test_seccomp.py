@@ -29,6 +29,14 @@ from .test_forkserver import served_pids
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 BOX = detect_isolation()
 boxed = pytest.mark.skipif(not BOX.namespaces, reason="needs root and namespaces")
 x86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe's numbers are x86-64's")

@@ -19,7 +19,17 @@ from aexec._serde import candidate as candidate_from_json
 from aexec._serde import dumps, structure
 from aexec._stages.grade import grade, selection
 
+from .conftest import aexec_in_process
+
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
 
 OPS = "calc/ops.py"
 TESTS = "tests/test_ops.py"
@@ -434,13 +444,7 @@ def test_swebench_bad_instances_get_one_line_naming_file_record_and_field(
     )
     preds = tmp_path / "preds.json"
     preds.write_text("[]")
-    done = subprocess.run(
-        [sys.executable, "-m", "aexec", "swebench", str(preds), str(inst), "-o", str(tmp_path / "r.json")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = aexec_in_process("swebench", str(preds), str(inst), "-o", str(tmp_path / "r.json"))
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{inst}:2" in lines[0] and words in lines[0], lines

@@ -41,6 +41,14 @@ from .test_swebench import (
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 #: SWE-bench's form of ``test_mul[two three]`` and ``test_mul[one one]``.
 CUT = ["tests/test_ops.py::test_mul[two", "tests/test_ops.py::test_mul[one"]
 #: Cut short too, but no parameter of test_mul starts with it.

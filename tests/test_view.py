@@ -30,6 +30,14 @@ from aexec._boundary.isolation import detect_isolation
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """What the run does and how it is judged, not the event loop: one backend. (The
+    supervisor's, fork server's and cancellation's tests run on both.)"""
+    return "asyncio"
+
+
 BOX = detect_isolation()
 full_boundary = pytest.mark.skipif(
     not (BOX.namespaces and BOX.cgroups is not None), reason="needs root, namespaces and cgroups"

@@ -1,4 +1,4 @@
-"""Record the fixtures of ``tests/test_languages.py`` by running the real toolchains.
+"""Record the fixtures of ``tests/unit/test_languages.py`` by running the real toolchains.
 
     python tests/data/languages/record.py              # every case
     python tests/data/languages/record.py rust java    # some languages

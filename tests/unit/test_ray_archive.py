@@ -9,7 +9,7 @@ from pathlib import Path
 from aexec._boundary.trees import hash_tree
 from aexec._scaleout.archive import node_repo, pack_repo
 
-from .conftest import MakeRepo
+from ..conftest import MakeRepo
 
 
 def odd_tree(make_repo: MakeRepo) -> Path:

@@ -37,7 +37,7 @@ from aexec._types import (
     REQUEST_TYPES,
 )
 
-from .conftest import EXAMPLES
+from ..conftest import EXAMPLES
 
 NCORES = os.cpu_count() or 1
 FUZZ = settings(

@@ -106,6 +106,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_serve.app",
             "_serve.server",
             "_environments.command",
+            "testing",
         ],
     ),
     ("7 entry points", ["_commands", "_cli", "__main__", "__init__"]),

@@ -1,0 +1,173 @@
+"""Test doubles for aexec's seams: judge fabricated runs in-process, in milliseconds.
+
+`ScriptedSupervisor` is an `aexec.Supervisor` that starts nothing: each invocation it is
+handed gets the next run its script gives (a `RawRun`, or a function of the invocation
+and the driver's `Instructions` that returns one). The rest of the pipeline is the real
+one — scratch roots, views, patches, plans, parsing, the verdict and its guards (empty
+success, the confirming re-run, tampering, environment faults, FAIL_TO_PASS and
+PASS_TO_PASS, timeouts, output caps) — so a test of a guard fabricates what the runs
+said instead of writing a candidate that makes them say it::
+
+    supervisor = ScriptedSupervisor(pytest_run({"tests/test_a.py::test_x": "passed"}))
+    async with scripted_observer(supervisor) as obs:
+        [o] = await aexec.observe_many([candidate], observer=obs)
+
+`scripted_observer` is an `Observer` that starts no process of its own either: no fork
+server, no bytecode compiler, no namespaces or cgroups, and the running interpreter's
+toolchain known without asking a subprocess. (A patch is still applied by ``git apply``.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from ._api import VERSION
+from ._boundary.supervise import Invocation
+from ._options import Options
+from ._pipeline.observer import Observer
+from ._pipeline.toolchain import _PROBE, Toolchain, stamp
+from ._records import RawRun
+from ._wire import Instructions, Record
+
+__all__ = ["Script", "ScriptedSupervisor", "pytest_run", "raw_run", "scripted_observer", "snippet_run"]
+
+#: One scripted run: what the supervisor returns, or how to make it from the run's
+#: invocation and the instructions the driver would have read.
+Script = RawRun | Callable[[Invocation, Instructions], RawRun]
+
+Verdict = Literal["passed", "failed", "errored", "skipped"]
+
+
+class ScriptedSupervisor:
+    """A `aexec.Supervisor` that returns a canned run per invocation and runs nothing.
+
+    ``runs`` are handed out in order; once they are used up, ``then`` answers every
+    further invocation (without it, one more invocation fails the candidate with a
+    one-line error naming how many runs were scripted). What it was handed is kept:
+    ``invocations`` and the driver's ``instructions`` of each, in order.
+    """
+
+    def __init__(self, *runs: Script, then: Script | None = None) -> None:
+        self._runs = list(runs)
+        self._then = then
+        self.invocations: list[Invocation] = []
+        self.instructions: list[Instructions] = []
+
+    async def execute(self, invocation: Invocation) -> RawRun:
+        instructions = _instructions(invocation.argv[-1])  # the driver's SPEC.json (small)
+        self.invocations.append(invocation)
+        self.instructions.append(instructions)
+        if self._runs:
+            script = self._runs.pop(0)
+        elif self._then is not None:
+            script = self._then
+        else:
+            raise AssertionError(f"ScriptedSupervisor: run {len(self.invocations)} was not scripted")
+        return script if isinstance(script, RawRun) else script(invocation, instructions)
+
+
+def _instructions(spec: str) -> Instructions:
+    with open(spec, encoding="utf-8") as f:
+        found: Instructions = json.load(f)
+    return found
+
+
+def raw_run(
+    *,
+    exit_code: int | None = 0,
+    signal: int | None = None,
+    timed_out: bool = False,
+    duration: float = 0.01,
+    stdout: str = "",
+    stderr: str = "",
+    records: Sequence[Record] = (),
+    bad_records: int = 0,
+    cpu_s: float | None = None,
+    peak_ram_mib: int | None = None,
+    oom_killed: bool = False,
+) -> RawRun:
+    """A `RawRun` with defaults for what a test does not care about (a clean exit)."""
+    return RawRun(
+        exit_code=None if timed_out or signal is not None else exit_code,
+        signal=signal,
+        timed_out=timed_out,
+        duration=duration,
+        stdout=stdout,
+        stderr=stderr,
+        records=tuple(records),
+        bad_records=bad_records,
+        cpu_s=cpu_s,
+        peak_ram_mib=peak_ram_mib,
+        oom_killed=oom_killed,
+    )
+
+
+def pytest_run(
+    verdicts: Mapping[str, Verdict],
+    *,
+    exitstatus: int | None = None,
+    running: str | None = None,
+    **raw: Any,
+) -> RawRun:
+    """What the pytest runner reports for ``verdicts`` (node id -> outcome, in order):
+    the collected count, a start and an outcome record per test, and pytest's exit
+    status (default: 0 if nothing failed, 1 if something did, 5 if no test ran). With
+    ``running``, that test started and the run ended before it did (no exit status):
+    pass ``timed_out=True`` for a run killed at its deadline."""
+    if "records" in raw:  # spelled out by the caller
+        return raw_run(**raw)
+    records: list[Record] = [{"kind": "collected", "count": len(verdicts) + (running is not None)}]
+    for nodeid, verdict in verdicts.items():
+        records += [
+            {"kind": "start", "nodeid": nodeid},
+            {"kind": "test", "nodeid": nodeid, "verdict": verdict},
+        ]
+    if running is not None:
+        records.append({"kind": "start", "nodeid": running})
+    else:
+        if exitstatus is None:
+            bad = any(v in ("failed", "errored") for v in verdicts.values())
+            exitstatus = 1 if bad else 0 if verdicts else 5
+        records.append({"kind": "end", "exitstatus": exitstatus})
+        raw.setdefault("exit_code", exitstatus)
+    return raw_run(records=records, **raw)
+
+
+def snippet_run(*, exit_code: int = 0, stdout: str = "", stderr: str = "", **raw: Any) -> RawRun:
+    """What the snippet runner reports for a snippet that printed ``stdout`` and ended
+    with ``exit_code`` (pass ``records=[...]`` for a raised exception's record)."""
+    return raw_run(exit_code=exit_code, stdout=stdout, stderr=stderr, **raw)
+
+
+def _running_toolchain() -> Toolchain:
+    """The running interpreter's toolchain, from the probe's own code run in-process
+    (what a probe in a subprocess answers, without starting one)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(_PROBE, {})
+    info = json.loads(out.getvalue())
+    paths = tuple(map(str, info["paths"]))
+    return Toolchain(
+        sys.executable, str(info["version"]), str(info["fingerprint"]), paths, stamp([sys.executable, *paths])
+    )
+
+
+def scripted_observer(supervisor: ScriptedSupervisor, options: Options | None = None) -> Observer:
+    """An `Observer` around ``supervisor`` that starts no process of its own (see the
+    module docstring); close it with ``async with``. ``options`` (default: none)
+    keep their cache dir, limit and ablations; the switches that would start a process
+    are turned off."""
+    opts = attrs.evolve(
+        options or Options(), forkserver=False, bytecode=False, namespaces=False, cgroups=False
+    )
+    observer = Observer(opts, supervisor=supervisor, version=VERSION)
+    tool = _running_toolchain()
+    observer.toolchains._known[tool.path] = tool
+    return observer
