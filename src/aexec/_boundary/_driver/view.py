@@ -492,8 +492,9 @@ def _from_template(box: Box, tree: int, held: list[int]) -> None:
     clone = _clone_tree(tree)
     held += [clone, tree]  # the server's template too: nothing of it reaches the candidate
     _attach(clone, STAGE)
-    kernel.mount("proc", STAGE + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    kernel.mount("devpts", STAGE + "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, _DEVPTS)
+    # Read-only, as the seal leaves them in a view assembled whole.
+    kernel.mount("proc", STAGE + "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    kernel.mount("devpts", STAGE + "/dev/pts", "devpts", MS_RDONLY | MS_NOSUID | MS_NOEXEC, _DEVPTS)
     for path in box["hidden"]:
         kernel.mount(
             "aexec-hidden", STAGE + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=4k"
