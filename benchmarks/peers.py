@@ -700,15 +700,17 @@ BOUNDARY_VARIANTS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def tree_cpu_s() -> float:
-    """CPU of this process and everything under it: its own, its reaped children's, and
-    its live children's (a fork server: its own and the runs it has reaped)."""
+def tree_cpu_s() -> tuple[float, float]:
+    """CPU of this process and everything under it (its own, its reaped children's, and
+    its live children's), and of its live children alone (a fork server: its own and the
+    runs it has reaped)."""
     import resource
 
-    total = 0.0
+    own = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         r = resource.getrusage(who)
-        total += r.ru_utime + r.ru_stime
+        own += r.ru_utime + r.ru_stime
+    total = 0.0
     tick = os.sysconf("SC_CLK_TCK")
     for task in Path("/proc/self/task").iterdir():
         for pid in (task / "children").read_text().split():
@@ -717,7 +719,7 @@ def tree_cpu_s() -> float:
             except OSError:
                 continue
             total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    return total
+    return own + total, total
 
 
 def boundary_worker(label: str, n: int) -> None:
@@ -745,12 +747,13 @@ def boundary_worker(label: str, n: int) -> None:
     async def go() -> dict[str, Any]:
         await observe_many(candidates(trivial_items(2, "warm-up")), options=options)
         cands = [Candidate("run_entry", "snippet", code=f"x = {i}\n") for i in range(n)]
-        c0, t0 = tree_cpu_s(), time.monotonic()
+        (c0, s0), t0 = tree_cpu_s(), time.monotonic()
         obs = await observe_many(cands, options=options)
-        t1, c1 = time.monotonic(), tree_cpu_s()
+        t1, (c1, s1) = time.monotonic(), tree_cpu_s()
         return {
             "rate": n / (t1 - t0),
             "cpu_ms": 1000 * (c1 - c0) / n,
+            "server_ms": 1000 * (s1 - s0) / n,
             "failures": sum(o.failure is not None for o in obs),
             "enforced": obs[0].environment.enforced if obs else {},
         }
@@ -758,15 +761,17 @@ def boundary_worker(label: str, n: int) -> None:
     print(json.dumps(anyio.run(go)))
 
 
-def run_boundary_cost(n: int, rounds: int) -> list[dict]:
+def run_boundary_cost(n: int, rounds: int, only: list[str] | None = None) -> list[dict]:
     """N trivial snippets per variant of `BOUNDARY_VARIANTS`, each variant in a fresh
     process (`boundary_worker`), the variants alternating for ``rounds`` rounds: the
     median rate and CPU per snippet of each. CPU is the process tree's own (aexec, its
     fork server, the runs), not the machine's: other work on the machine does not count.
-    The kernel's own workers (a network namespace's teardown) are not in it."""
-    got: dict[str, list[dict]] = {label: [] for label, _ in BOUNDARY_VARIANTS}
+    The kernel's own workers (a network namespace's teardown) are not in it. ``only``:
+    these variants alone (the first is the reference)."""
+    variants = [(label, how) for label, how in BOUNDARY_VARIANTS if not only or label in only]
+    got: dict[str, list[dict]] = {label: [] for label, _ in variants}
     for r in range(rounds):
-        for label, _ in BOUNDARY_VARIANTS:
+        for label, _ in variants:
             done = subprocess.run(
                 [sys.executable, __file__, "--boundary-worker", label, str(n)],
                 capture_output=True,
@@ -780,7 +785,7 @@ def run_boundary_cost(n: int, rounds: int) -> list[dict]:
                 f"  round {r + 1} {label}: {got[label][-1]['rate']:.1f}/s, {got[label][-1]['cpu_ms']:.2f} ms CPU"
             )
     rows = []
-    for label, how in BOUNDARY_VARIANTS:
+    for label, how in variants:
         runs = got[label]
         rows.append(
             {
@@ -789,6 +794,7 @@ def run_boundary_cost(n: int, rounds: int) -> list[dict]:
                 "rate": statistics.median(x["rate"] for x in runs),
                 "cpu_ms": statistics.median(x["cpu_ms"] for x in runs),
                 "cpu_ms_all": [x["cpu_ms"] for x in runs],
+                "server_ms": statistics.median(x["server_ms"] for x in runs),
                 "failures": sum(x["failures"] for x in runs),
                 "syscalls": runs[0]["enforced"].get("syscalls", ""),
             }
@@ -1063,6 +1069,9 @@ def main(argv: list[str] | None = None) -> int:
         "no cgroups, no namespaces, neither): rate and CPU per snippet",
     )
     ap.add_argument("--boundary-rounds", type=int, default=3, help="--boundary-cost's alternating rounds")
+    ap.add_argument(
+        "--boundary-variants", default="", help="--boundary-cost's variants, comma-separated (default: all)"
+    )
     ap.add_argument("--boundary-worker", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
     ap.add_argument("--diagnose", action="store_true", help="per-step micro-timings and a py-spy profile")
     ap.add_argument(
@@ -1197,7 +1206,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.boundary_cost:
         l0 = load1()
-        bc = run_boundary_cost(args.boundary_cost, args.boundary_rounds)
+        only = [v for v in args.boundary_variants.split(",") if v]
+        bc = run_boundary_cost(args.boundary_cost, args.boundary_rounds, only)
         report["boundary_cost"] = bc
         print(
             f"\n[boundary cost] {args.boundary_cost} trivial snippets per variant, {args.boundary_rounds} "
@@ -1207,17 +1217,20 @@ def main(argv: list[str] | None = None) -> int:
             "| variant | snippets/s | CPU per snippet (ms): aexec + fork server + runs | over the whole boundary | failures |"
         )
         print("|---|---|---|---|---|")
-        whole = bc[0]["cpu_ms"]
+        whole, served = bc[0]["cpu_ms"], bc[0]["server_ms"]
         for r in bc:
             print(
-                f"| {r['variant']} | {r['rate']:.1f} | {r['cpu_ms']:.2f} | {r['cpu_ms'] - whole:+.2f} | {r['failures']} |"
+                f"| {r['variant']} | {r['rate']:.1f} | {r['cpu_ms']:.2f} | {r['cpu_ms'] - whole:+.2f} "
+                f"| {r['server_ms']:.2f} | {r['server_ms'] - served:+.2f} | {r['failures']} |"
             )
-        by = {r["variant"]: r["cpu_ms"] for r in bc}
-        print(
-            f"  the syscall filter costs {whole - by['no syscall filter']:+.2f} ms per run "
-            f"({bc[0]['syscalls']}); the view's template saves "
-            f"{by['view assembled per run'] - whole:+.2f} ms against a view assembled per run"
-        )
+        by = {r["variant"]: r["server_ms"] for r in bc}
+        whole = served
+        if {"whole boundary", "no syscall filter", "view assembled per run"} <= set(by):
+            print(
+                f"  (the fork server's and the runs' CPU) the syscall filter costs {whole - by['no syscall filter']:+.2f} ms per run "
+                f"({bc[0]['syscalls']}); the view's template saves "
+                f"{by['view assembled per run'] - whole:+.2f} ms against a view assembled per run"
+            )
     if args.diagnose:
         d = run_diagnose()
         report["diagnose"] = d
