@@ -7,7 +7,8 @@ records out) and its own parts in ``_driver/`` (see `_load`):
 
     reporting   the report file: one JSON record per event, flushed line by line
     kernel      the boundary's kernel calls: namespaces, cgroups, uid, rlimits
-    view        the filesystem view (a new root), and the fork server's template of it
+    view        the filesystem view (a new root)
+    template    the fork server's template of a view's read-only part, which runs clone
     seccomp     the candidate's syscall filter (a BPF deny-list)
     plugin      the pytest plugin of a pytest run: its hooks' events as report records
     runners     what a run does: a snippet, a command, a compile check, pytest, steps
@@ -68,16 +69,17 @@ def _part(name: str, **given: Any) -> Any:
 if TYPE_CHECKING:
     from .. import _wire as wire
     from .._wire import Instructions
-    from ._driver import kernel, plugin, pyc, reporting, runners, seccomp, serve, view
+    from ._driver import kernel, plugin, pyc, reporting, runners, seccomp, serve, template, view
 else:
     wire = _load(os.path.join(os.path.dirname(_HERE), "_wire.py"), "_aexec_wire")
     reporting = _part("reporting", wire=wire)
     kernel = _part("kernel")
     view = _part("view", kernel=kernel)
+    template = _part("template", kernel=kernel, view=view)
     seccomp = _part("seccomp", kernel=kernel)
     plugin = _part("plugin", wire=wire, reporting=reporting)
     runners = _part("runners", wire=wire, reporting=reporting, plugin=plugin)
-    serve = _part("serve", wire=wire, kernel=kernel, runners=runners, view=view)
+    serve = _part("serve", wire=wire, kernel=kernel, runners=runners, template=template)
     pyc = _part("pyc")
 
 
@@ -173,9 +175,9 @@ def main() -> None:
         pyc.write_bytecode(json.load(sys.stdin))
         return
     as_init = False  # already the init of new namespaces (forked so by the fork server)
-    spec, template = None, None  # read by the fork server; its view's template
+    spec, tree = None, None  # read by the fork server; its view's template
     if sys.argv[1] == "--serve":
-        spec_path, as_init, spec, template = serve.serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        spec_path, as_init, spec, tree = serve.serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         sys.argv[1:] = [spec_path]
     if spec is None:
         with open(sys.argv[1], "rb") as f:
@@ -204,7 +206,7 @@ def main() -> None:
             if not as_init:
                 kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
             kernel.name_host()
-            view.build_view(box, template)
+            view.build_view(box, tree)
         except (kernel.BoxError, OSError) as e:
             box_failed(kernel.BoxError(str(e)))
     be_init(spec)

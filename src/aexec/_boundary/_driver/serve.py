@@ -9,10 +9,10 @@ environment) and returns to the driver's ``main()`` with its spec: same boundary
 code; only the start-up is skipped.
 
 A boxed run's spec is read here, before the fork: its view's read-only part is a
-template the server makes once per view (`view.template`) and each run's init clones.
+template the server makes once per view (`template.template`) and each run's init clones.
 
 Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
-``kernel``, ``runners`` and ``view`` given).
+``kernel``, ``runners`` and ``template`` given).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ... import _wire as wire
     from ..._wire import Instructions, SpawnRequest
-    from . import kernel, runners, view
+    from . import kernel, runners, template
 # else: the modules are given by the driver's loader (see `aexec._boundary._driver`).
 
 
@@ -175,7 +175,7 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool, Instructi
                 request = json.loads(msg)
                 reply, out, err = fds
                 as_init = bool(request.get("box")) and kernel.SYS_CLONE is not None
-                spec, template = boxed(request)
+                spec, tree = boxed(request)
                 try:
                     pid = kernel.fork_init() if as_init else os.fork()
                 except OSError:  # clone refused (a seccomp filter, say): the outer way
@@ -189,9 +189,9 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool, Instructi
                     sel.close()
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    become(request, out, err, as_init=as_init, keep=template)
-                    view.templates.clear()  # their fds are closed but this run's
-                    return str(request["spec"]), as_init, spec, template
+                    become(request, out, err, as_init=as_init, keep=tree)
+                    template.templates.clear()  # their fds are closed but this run's
+                    return str(request["spec"]), as_init, spec, tree
                 os.close(out)
                 os.close(err)
                 replies[pid] = socket.socket(fileno=reply)
@@ -229,7 +229,7 @@ def boxed(request: SpawnRequest) -> tuple[Instructions | None, int | None]:
         with open(request["spec"], "rb") as f:
             spec: Instructions = json.loads(f.read())
         box = spec["box"]
-        return spec, view.template(box) if box else None
+        return spec, template.template(box) if box else None
     except (OSError, ValueError, KeyError, TypeError):
         return None, None
 

@@ -18,8 +18,7 @@ Two ways to the same view, each ending in ``pivot_root``:
   holding no name of any run: a scratch root's mount point is made in the run's own tmp
   (under /tmp) or in a tmpfs of the run's own over the scratch base. Where the kernel
   cannot clone a detached tree (before Linux 6.15), the template is not made and every
-  run assembles its view whole (as it does with ``AEXEC_VIEW_TEMPLATE=0`` in the fork
-  server's environment: ``benchmarks/peers.py --boundary-cost`` compares the two).
+  run assembles its view whole. The template is made by `template` (the server's part).
 
 Every step that fails raises ``kernel.BoxError``: the run must not go ahead with less.
 """
@@ -42,13 +41,9 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
 MNT_DETACH = 0x2
 _PER_MOUNT_FLAGS = {
-    "nosuid": MS_NOSUID,
-    "nodev": MS_NODEV,
-    "noexec": MS_NOEXEC,
-    "noatime": MS_NOATIME,
-    "nodiratime": MS_NODIRATIME,
-    "relatime": MS_RELATIME,
-}
+    "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME, "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME,
+}  # fmt: skip
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _MACHINE = os.uname().machine
@@ -66,12 +61,7 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [  # ctypes wants a list
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
+    _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
 
 
 def _sys(nr: int, what: str, *args: Any) -> int:
@@ -90,15 +80,8 @@ def _clone_tree(fd: int, path: str = "") -> int:
 def _attach(tree: int, where: str) -> None:
     """Put the detached tree ``tree`` at ``where`` (a path, which may lead into another
     detached tree through /proc/self/fd)."""
-    _sys(
-        SYS_MOVE_MOUNT,
-        f"attach {where}",
-        tree,
-        b"",
-        AT_FDCWD,
-        os.fsencode(where),
-        ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
-    )
+    flags = ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH)
+    _sys(SYS_MOVE_MOUNT, f"attach {where}", tree, b"", AT_FDCWD, os.fsencode(where), flags)
 
 
 def _setattr(fd: int, path: str, recursive: bool, set_: int, propagation: int = 0) -> bool:
@@ -109,13 +92,9 @@ def _setattr(fd: int, path: str, recursive: bool, set_: int, propagation: int = 
     attr = _MountAttr(set_, 0, propagation, 0)
     flags = (AT_RECURSIVE if recursive else 0) | (0 if path else AT_EMPTY_PATH)
     rc = _libc.syscall(
-        ctypes.c_long(SYS_MOUNT_SETATTR),
-        ctypes.c_int(fd),
-        ctypes.c_char_p(os.fsencode(path)),
-        ctypes.c_uint(flags),
-        ctypes.byref(attr),
+        ctypes.c_long(SYS_MOUNT_SETATTR), fd, os.fsencode(path), ctypes.c_uint(flags), ctypes.byref(attr),
         ctypes.c_size_t(ctypes.sizeof(attr)),
-    )
+    )  # fmt: skip
     if rc == 0:
         return True
     if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # EPERM: seccomp may deny it
@@ -168,21 +147,13 @@ def readonly(root: str) -> None:
 STAGE = "/dev"
 #: The view's /dev: these character devices (name, major, minor), mode 0666 …
 DEV_NODES = (
-    ("null", 1, 3),
-    ("zero", 1, 5),
-    ("full", 1, 7),
-    ("random", 1, 8),
-    ("urandom", 1, 9),
-    ("tty", 5, 0),
-)
+    ("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0),
+)  # fmt: skip
 #: … these links, and a fresh devpts instance (``/dev/pts``, ``/dev/ptmx``).
 DEV_LINKS = (
-    ("fd", "/proc/self/fd"),
-    ("stdin", "/proc/self/fd/0"),
-    ("stdout", "/proc/self/fd/1"),
-    ("stderr", "/proc/self/fd/2"),
-    ("ptmx", "pts/ptmx"),
-)
+    ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx"),
+)  # fmt: skip
 _DEVPTS = "newinstance,ptmxmode=0666,mode=0620"
 #: Where pivot_root puts the host's root in the view until it is detached: under a
 #: directory of mode 000, which only root may traverse.
@@ -359,10 +330,7 @@ def _make_dev(where: str, pts: bool = True) -> None:
         kernel.mount("devpts", f"{where}/pts", "devpts", MS_NOSUID | MS_NOEXEC, _DEVPTS)
 
 
-# --------------------------------------------------------------------- the server's template
-
-
-def _scratch_base(box: Box) -> str | None:
+def scratch_base(box: Box) -> str | None:
     """Where a run's scratch root gets its mount point: None in the run's own tmp (the
     scratch root is under the first tmp target), else its parent directory, over which
     each run mounts a tmpfs of its own."""
@@ -370,112 +338,6 @@ def _scratch_base(box: Box) -> str | None:
     if targets and _under(box["scratch_root"], targets[0]):
         return None
     return os.path.dirname(box["scratch_root"])
-
-
-def template_key(box: Box) -> tuple[Any, ...]:
-    """What a template rests on: runs with the same key share one."""
-    return (tuple(box["readonly"]), box["etc"], tuple(box["tmp_targets"]), _scratch_base(box))
-
-
-#: The server's templates by `template_key` (None: this view cannot have one).
-templates: dict[tuple[Any, ...], int | None] = {}
-_TEMPLATES_KEPT = 8
-
-
-def template(box: Box) -> int | None:
-    """The fork server's template for runs like ``box`` (made on first use: a detached,
-    sealed, private mount tree of the view's read-only part), or None where there can be
-    none: the kernel cannot clone a detached tree, or the scratch base lies where the
-    template cannot hold its mount point (under a bound tree)."""
-    if os.environ.get("AEXEC_VIEW_TEMPLATE") == "0":  # an ablation (``peers.py --boundary-cost``)
-        return None
-    key = template_key(box)
-    if key in templates:
-        return templates[key]
-    if len(templates) >= _TEMPLATES_KEPT:
-        close_templates()
-    try:
-        made: int | None = _make_template(box)
-    except (OSError, kernel.BoxError):
-        made = None
-    templates[key] = made
-    return made
-
-
-def close_templates(keep: int | None = None) -> None:
-    """Close the templates' fds but ``keep`` (a run's init holds only its own)."""
-    for fd in templates.values():
-        if fd is not None and fd != keep:
-            os.close(fd)
-    templates.clear()
-
-
-def _make_template(box: Box) -> int | None:
-    if not _NEW_API:
-        return None
-    base = _scratch_base(box)
-    special = ("/proc", "/dev", "/etc", os.path.dirname(HOST), *box["tmp_targets"])
-    if base is not None and any(_under(base, p) or _under(p, base) for p in (*box["readonly"], *special)):
-        return None
-    fs = _sys(SYS_FSOPEN, "fsopen tmpfs", b"tmpfs", ctypes.c_uint(FSOPEN_CLOEXEC))
-    try:
-        for key, value in ((b"source", b"aexec-view"), (b"mode", b"0755"), (b"size", b"4m")):
-            _sys(SYS_FSCONFIG, "fsconfig", fs, ctypes.c_uint(FSCONFIG_SET_STRING), key, value, 0)
-        _sys(SYS_FSCONFIG, "fsconfig", fs, ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, 0)
-        tree = _sys(
-            SYS_FSMOUNT, "fsmount", fs, ctypes.c_uint(FSMOUNT_CLOEXEC), ctypes.c_uint(MOUNT_ATTR_NOSUID)
-        )
-    finally:
-        os.close(fs)
-    held: list[int] = []
-    umask = os.umask(0)
-    try:
-        _fill_template(box, tree, base, held)
-        # Sealed: read-only, nosuid and private (no mount event crosses to or from the
-        # host's trees), every mount of it; a clone keeps that.
-        if not _setattr(tree, "", True, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, MS_PRIVATE):
-            raise kernel.BoxError("mount_setattr: not here")
-        os.close(_clone_tree(tree))  # the kernel can clone a detached tree (Linux 6.15)
-    except BaseException:
-        os.close(tree)
-        raise
-    finally:
-        for fd in held:
-            os.close(fd)
-        os.umask(umask)
-    return tree
-
-
-def _fill_template(box: Box, tree: int, base: str | None, held: list[int]) -> None:
-    root = f"/proc/self/fd/{tree}"
-
-    def hold(path: str) -> int:
-        held.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
-        return held[-1]
-
-    def bind(source: int, where: str) -> None:
-        clone = _clone_tree(source)
-        try:
-            _setattr(clone, "", True, 0, MS_PRIVATE)
-            _attach(clone, where)
-        finally:
-            os.close(clone)
-
-    ops, late, writable = _plan(box, hold)
-    _made.clear()
-    _made.add(root)
-    for path, what, source in ops:
-        if what == "hide":
-            continue  # the run's own (its repo)
-        if (path, what, source) in late:
-            if not any(_under(path, p) and p != path for p in writable) and path != box["scratch_root"]:
-                _mkdirs(root + path)  # a tmp target's mount point
-            continue
-        _place(root + path, what, source, bind)
-    if base is not None:
-        _mkdirs(root + base)  # each run mounts a tmpfs of its own over it
-    os.mkdir(root + os.path.dirname(HOST), 0)  # only root may traverse it
-    os.mkdir(root + HOST, 0)
 
 
 def _from_template(box: Box, tree: int, held: list[int]) -> None:
@@ -501,7 +363,7 @@ def _from_template(box: Box, tree: int, held: list[int]) -> None:
         )
     if first is not None:
         kernel.mount(f"/proc/self/fd/{tmp_fd}", STAGE + first, None, MS_BIND | MS_REC)
-    base = _scratch_base(box)
+    base = scratch_base(box)
     if base is None:  # under the tmp target: its mount point is made in the run's own tmp
         try:
             os.mkdir(STAGE + scratch_root, 0o755)
