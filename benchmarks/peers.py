@@ -51,9 +51,12 @@ p50/p90/p99/max, and the breakdown of where the time went (see ``--diagnose``).
 ``--scale N`` (goal 4): N trivial snippets through one ``observe_many``: throughput per
 time bucket, aexec's RSS (sampled), and fds / mounts / cgroups / processes before and
 after. ``--boundary-cost N``: N trivial snippets through aexec with the whole boundary,
-without cgroups, without namespaces, and without either (``Options``), each with its
-rate and the CPU the whole machine spent per snippet (``/proc/stat``): what the
-boundary costs, and the floor of aexec's per-run path without it. ``--diagnose``: micro-timings of the per-run steps (scratch, view, the view's read-only list, seal,
+with the view assembled per run instead of cloned from the fork server's template,
+without the syscall filter, without cgroups, without namespaces, and without either,
+each variant in a fresh process, alternating for ``--boundary-rounds`` rounds: its rate
+and the CPU per snippet of aexec, its fork server and the runs (not the machine's: the
+other work on a shared machine does not count): what the filter and the view cost, and
+the floor of aexec's per-run path without the boundary. ``--diagnose``: micro-timings of the per-run steps (scratch, view, the view's read-only list, seal,
 snapshot, cgroup create/remove) and a py-spy profile of this process, when py-spy is in
 the peers venv. (Over 400 lines on purpose: one self-contained command, its peer workers
 included, so that the comparison is one file to read and run.) Peer harnesses run in a subprocess under the peers venv
@@ -683,50 +686,117 @@ def run_scale(n: int, buckets: int = 20) -> dict:
 # --------------------------------------------------------------------------- boundary cost
 
 
-#: (label, Options fields) for `run_boundary_cost`.
-BOUNDARY_VARIANTS = [
+#: (label, what it ablates) for `run_boundary_cost`: ``options`` (Options fields),
+#: ``seccomp`` False (no syscall filter, as where none loads), ``template`` False (each
+#: run assembles its view whole, as a cold run does: ``AEXEC_VIEW_TEMPLATE=0`` in the
+#: fork server's environment).
+BOUNDARY_VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("whole boundary", {}),
-    ("no cgroups", {"cgroups": False}),
-    ("no namespaces", {"namespaces": False}),
-    ("neither", {"cgroups": False, "namespaces": False}),
+    ("view assembled per run", {"template": False}),
+    ("no syscall filter", {"seccomp": False}),
+    ("no cgroups", {"options": {"cgroups": False}}),
+    ("no namespaces", {"options": {"namespaces": False}}),
+    ("neither", {"options": {"cgroups": False, "namespaces": False}}),
 ]
 
 
-def run_boundary_cost(n: int) -> list[dict]:
-    """N trivial snippets per variant of `BOUNDARY_VARIANTS`, one ``observe_many`` each:
-    the rate, and the machine's and aexec's own CPU per snippet."""
+def tree_cpu_s() -> tuple[float, float]:
+    """CPU of this process and everything under it (its own, its reaped children's, and
+    its live children's), and of its live children alone (a fork server: its own and the
+    runs it has reaped)."""
     import resource
 
+    own = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        own += r.ru_utime + r.ru_stime
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    return own + total, total
+
+
+def boundary_worker(label: str, n: int) -> None:
+    """One variant of `BOUNDARY_VARIANTS` in this process: two warm-up snippets (the fork
+    server starts), then n trivial snippets in one ``observe_many``; prints its rate and
+    the CPU per snippet of aexec, its fork server and the runs (``tree_cpu_s``)."""
     import anyio
 
+    import aexec._boundary.isolation as isolation
+    import aexec._pipeline.run as run
     from aexec import Candidate, Options, observe_many
-    from throughput import proc_stat  # the machine's busy jiffies, as figure 4 reads them
 
-    def machine_cpu_s() -> float:
-        return proc_stat()[0] / os.sysconf("SC_CLK_TCK")
+    how = dict(BOUNDARY_VARIANTS)[label]
+    if how.get("seccomp") is False:
+        isolation._probe_seccomp = lambda: None  # type: ignore[attr-defined]
+    if how.get("template") is False:
+        plain = run.candidate_env
 
+        def no_template(*args: Any, **kwargs: Any) -> dict[str, str]:
+            return {**plain(*args, **kwargs), "AEXEC_VIEW_TEMPLATE": "0"}
+
+        run.candidate_env = no_template  # type: ignore[assignment]
+    options = Options(**how.get("options", {}))
+
+    async def go() -> dict[str, Any]:
+        await observe_many(candidates(trivial_items(2, "warm-up")), options=options)
+        cands = [Candidate("run_entry", "snippet", code=f"x = {i}\n") for i in range(n)]
+        (c0, s0), t0 = tree_cpu_s(), time.monotonic()
+        obs = await observe_many(cands, options=options)
+        t1, (c1, s1) = time.monotonic(), tree_cpu_s()
+        return {
+            "rate": n / (t1 - t0),
+            "cpu_ms": 1000 * (c1 - c0) / n,
+            "server_ms": 1000 * (s1 - s0) / n,
+            "failures": sum(o.failure is not None for o in obs),
+            "enforced": obs[0].environment.enforced if obs else {},
+        }
+
+    print(json.dumps(anyio.run(go)))
+
+
+def run_boundary_cost(n: int, rounds: int, only: list[str] | None = None) -> list[dict]:
+    """N trivial snippets per variant of `BOUNDARY_VARIANTS`, each variant in a fresh
+    process (`boundary_worker`), the variants alternating for ``rounds`` rounds: the
+    median rate and CPU per snippet of each. CPU is the process tree's own (aexec, its
+    fork server, the runs), not the machine's: other work on the machine does not count.
+    The kernel's own workers (a network namespace's teardown) are not in it. ``only``:
+    these variants alone (the first is the reference)."""
+    variants = [(label, how) for label, how in BOUNDARY_VARIANTS if not only or label in only]
+    got: dict[str, list[dict]] = {label: [] for label, _ in variants}
+    for r in range(rounds):
+        for label, _ in variants:
+            done = subprocess.run(
+                [sys.executable, __file__, "--boundary-worker", label, str(n)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"boundary cost, {label}: {done.stderr.strip()[-2000:]}")
+            got[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            log(
+                f"  round {r + 1} {label}: {got[label][-1]['rate']:.1f}/s, {got[label][-1]['cpu_ms']:.2f} ms CPU"
+            )
     rows = []
-    for label, fields in BOUNDARY_VARIANTS:
-        options = Options(**fields)
-
-        async def go(options: Options = options) -> tuple[float, float, float, list[Any]]:
-            await observe_many(candidates(trivial_items(2, "warm-up")), options=options)
-            cands = [Candidate("run_entry", "snippet", code=f"x = {i}\n") for i in range(n)]
-            m0, r0, t0 = machine_cpu_s(), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-            obs = await observe_many(cands, options=options)
-            t1, r1, m1 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), machine_cpu_s()
-            own = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-            return t1 - t0, m1 - m0, own, obs
-
-        wall, machine, own, obs = anyio.run(go)
+    for label, how in variants:
+        runs = got[label]
         rows.append(
             {
                 "variant": label,
-                "options": fields,
-                "rate": n / wall,
-                "machine_cpu_ms": 1000 * machine / n,
-                "aexec_cpu_ms": 1000 * own / n,
-                "failures": sum(o.failure is not None for o in obs),
+                "ablates": how,
+                "rate": statistics.median(x["rate"] for x in runs),
+                "cpu_ms": statistics.median(x["cpu_ms"] for x in runs),
+                "cpu_ms_all": [x["cpu_ms"] for x in runs],
+                "server_ms": statistics.median(x["server_ms"] for x in runs),
+                "failures": sum(x["failures"] for x in runs),
+                "syscalls": runs[0]["enforced"].get("syscalls", ""),
             }
         )
     return rows
@@ -995,8 +1065,14 @@ def main(argv: list[str] | None = None) -> int:
         "--boundary-cost",
         type=int,
         default=0,
-        help="N trivial snippets with and without cgroups and namespaces: rate and CPU per snippet",
+        help="N trivial snippets per variant (whole boundary, view assembled per run, no filter, "
+        "no cgroups, no namespaces, neither): rate and CPU per snippet",
     )
+    ap.add_argument("--boundary-rounds", type=int, default=3, help="--boundary-cost's alternating rounds")
+    ap.add_argument(
+        "--boundary-variants", default="", help="--boundary-cost's variants, comma-separated (default: all)"
+    )
+    ap.add_argument("--boundary-worker", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
     ap.add_argument("--diagnose", action="store_true", help="per-step micro-timings and a py-spy profile")
     ap.add_argument(
         "--strace", type=int, default=0, help="strace -c the fork server and aexec over N snippets"
@@ -1013,6 +1089,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         worker_main(*args.worker)
+        return 0
+    if args.boundary_worker:
+        quiet_aexec()
+        boundary_worker(args.boundary_worker[0], int(args.boundary_worker[1]))
         return 0
     WORK.mkdir(parents=True, exist_ok=True)
     quiet_aexec()
@@ -1126,19 +1206,30 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.boundary_cost:
         l0 = load1()
-        bc = run_boundary_cost(args.boundary_cost)
+        only = [v for v in args.boundary_variants.split(",") if v]
+        bc = run_boundary_cost(args.boundary_cost, args.boundary_rounds, only)
         report["boundary_cost"] = bc
         print(
-            f"\n[boundary cost] {args.boundary_cost} trivial snippets per variant, load {l0:.2f}->{load1():.2f}"
+            f"\n[boundary cost] {args.boundary_cost} trivial snippets per variant, {args.boundary_rounds} "
+            f"alternating rounds (medians), load {l0:.2f}->{load1():.2f}"
         )
         print(
-            "| variant | snippets/s | machine CPU per snippet (ms) | aexec's own CPU per snippet (ms) | failures |"
+            "| variant | snippets/s | CPU per snippet (ms): aexec + fork server + runs | over the whole boundary | failures |"
         )
         print("|---|---|---|---|---|")
+        whole, served = bc[0]["cpu_ms"], bc[0]["server_ms"]
         for r in bc:
             print(
-                f"| {r['variant']} | {r['rate']:.1f} | {r['machine_cpu_ms']:.2f} | {r['aexec_cpu_ms']:.2f} "
-                f"| {r['failures']} |"
+                f"| {r['variant']} | {r['rate']:.1f} | {r['cpu_ms']:.2f} | {r['cpu_ms'] - whole:+.2f} "
+                f"| {r['server_ms']:.2f} | {r['server_ms'] - served:+.2f} | {r['failures']} |"
+            )
+        by = {r["variant"]: r["server_ms"] for r in bc}
+        whole = served
+        if {"whole boundary", "no syscall filter", "view assembled per run"} <= set(by):
+            print(
+                f"  (the fork server's and the runs' CPU) the syscall filter costs {whole - by['no syscall filter']:+.2f} ms per run "
+                f"({bc[0]['syscalls']}); the view's template saves "
+                f"{by['view assembled per run'] - whole:+.2f} ms against a view assembled per run"
             )
     if args.diagnose:
         d = run_diagnose()

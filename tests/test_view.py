@@ -272,3 +272,53 @@ async def test_a_path_the_options_declare_is_bound_read_only_and_only_then(gold:
     )
     obs = await observe(Candidate("run_entry", "snippet", code=code))
     assert obs.failure is not None and "No such file or directory" in obs.failure.message
+
+
+#: A run's probe of its view's root: the device of /, what a write to the read-only
+#: part gets, the names it sees beside its own scratch root, and its open fds.
+TEMPLATE_PROBE = """
+import errno, json, os, time
+time.sleep({wait})
+own = os.path.dirname(os.getcwd())
+base = os.path.dirname(own)
+writes = {{}}
+for path in ('/aexec-probe', '/dev/aexec-probe', '/etc/aexec-probe', '/proc/../aexec-probe',
+             *([] if (base + '/').startswith('/tmp/') else [base + '/aexec-probe'])):  # else its own tmp
+    try:
+        os.mkdir(path)
+        writes[path] = 'written'
+    except OSError as e:
+        writes[path] = errno.errorcode[e.errno]
+fds = {{}}
+for fd in os.listdir('/proc/self/fd'):
+    try:
+        fds[fd] = os.readlink('/proc/self/fd/' + fd)
+    except OSError:
+        pass
+print(json.dumps({{'dev': os.stat('/').st_dev, 'own': own, 'beside': sorted(os.listdir(base)),
+                   'top': sorted(os.listdir('/')), 'writes': writes, 'fds': fds}}))
+time.sleep({hold})
+"""
+
+
+@full_boundary
+async def test_warm_runs_clone_one_read_only_template_that_holds_no_run(workdir: Path) -> None:
+    """A fork server assembles the read-only part of the view once and each run clones
+    it: two concurrent runs of one server share its root (one tmpfs, read-only in
+    both: no write lands in it), and neither sees the other's scratch root by name, in
+    its scratch base or its root; the template's fd does not reach the candidate."""
+    first = Candidate("run_entry", "snippet", code=TEMPLATE_PROBE.format(wait=0, hold=3))
+    second = Candidate("run_entry", "snippet", code=TEMPLATE_PROBE.format(wait=1, hold=0))
+    got = await observe_many([first, second])
+    seen = []
+    for obs in got:
+        assert obs.verdict == "empty_success", (obs.failure, obs.stderr)
+        seen.append(json.loads(obs.stdout))
+    assert seen[0]["own"] != seen[1]["own"]
+    assert seen[0]["dev"] == seen[1]["dev"], "each run assembled a root of its own"
+    for probe in seen:
+        assert set(probe["writes"].values()) == {"EROFS"}, probe["writes"]
+        names = [n for n in probe["beside"] + probe["top"] if n.startswith("aexec-")]
+        assert names == [os.path.basename(probe["own"])] * (names != []), (probe["own"], names)
+        assert sorted(probe["fds"]) == ["0", "1", "2", "3"], probe["fds"]
+        assert probe["fds"]["3"].endswith("/.aexec/report.jsonl")

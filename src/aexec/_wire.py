@@ -41,7 +41,7 @@ class Box(TypedDict):
     """The kernel boundary the driver builds (root, namespaces available).
 
     The run's filesystem is a new root holding only what is listed here (see
-    ``aexec._boundary._driver.kernel.build_view``); nothing else of the host is in it.
+    ``aexec._boundary._driver.view.build_view``); nothing else of the host is in it.
     """
 
     #: The driver's parent must be one of these (aexec, or its fork server).

@@ -6,7 +6,9 @@ wire it shares with the library (``aexec/_wire.py``: its `Instructions` in, its 
 records out) and its own parts in ``_driver/`` (see `_load`):
 
     reporting   the report file: one JSON record per event, flushed line by line
-    kernel      the boundary's kernel calls: namespaces, the mount view, cgroups, uid, rlimits
+    kernel      the boundary's kernel calls: namespaces, cgroups, uid, rlimits
+    view        the filesystem view (a new root)
+    template    the fork server's template of a view's read-only part, which runs clone
     seccomp     the candidate's syscall filter (a BPF deny-list)
     plugin      the pytest plugin of a pytest run: its hooks' events as report records
     runners     what a run does: a snippet, a command, a compile check, pytest, steps
@@ -67,15 +69,17 @@ def _part(name: str, **given: Any) -> Any:
 if TYPE_CHECKING:
     from .. import _wire as wire
     from .._wire import Instructions
-    from ._driver import kernel, plugin, pyc, reporting, runners, seccomp, serve
+    from ._driver import kernel, plugin, pyc, reporting, runners, seccomp, serve, template, view
 else:
     wire = _load(os.path.join(os.path.dirname(_HERE), "_wire.py"), "_aexec_wire")
     reporting = _part("reporting", wire=wire)
     kernel = _part("kernel")
+    view = _part("view", kernel=kernel)
+    template = _part("template", kernel=kernel, view=view)
     seccomp = _part("seccomp", kernel=kernel)
     plugin = _part("plugin", wire=wire, reporting=reporting)
     runners = _part("runners", wire=wire, reporting=reporting, plugin=plugin)
-    serve = _part("serve", wire=wire, kernel=kernel, runners=runners)
+    serve = _part("serve", wire=wire, kernel=kernel, runners=runners, template=template)
     pyc = _part("pyc")
 
 
@@ -171,11 +175,13 @@ def main() -> None:
         pyc.write_bytecode(json.load(sys.stdin))
         return
     as_init = False  # already the init of new namespaces (forked so by the fork server)
+    spec, tree = None, None  # read by the fork server; its view's template
     if sys.argv[1] == "--serve":
-        spec_path, as_init = serve.serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        spec_path, as_init, spec, tree = serve.serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         sys.argv[1:] = [spec_path]
-    with open(sys.argv[1], "rb") as f:
-        spec = json.loads(f.read())
+    if spec is None:
+        with open(sys.argv[1], "rb") as f:
+            spec = json.loads(f.read())
     box = spec.get("box")
     try:
         if box:
@@ -200,7 +206,7 @@ def main() -> None:
             if not as_init:
                 kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
             kernel.name_host()
-            kernel.build_view(box)
+            view.build_view(box, tree)
         except (kernel.BoxError, OSError) as e:
             box_failed(kernel.BoxError(str(e)))
     be_init(spec)
@@ -236,7 +242,7 @@ def be_init(spec: Instructions) -> None:
             run_candidate(spec)
         except kernel.BoxError as e:
             box_failed(e)
-    kernel.release_host()
+    view.release_host()
     while True:
         try:
             reaped, status, rusage = os.wait4(-1, 0)

@@ -8,8 +8,11 @@ what a fresh ``python -s driver.py SPEC`` would have (`become`: fds 0-2, session
 environment) and returns to the driver's ``main()`` with its spec: same boundary, same
 code; only the start-up is skipped.
 
+A boxed run's spec is read here, before the fork: its view's read-only part is a
+template the server makes once per view (`template.template`) and each run's init clones.
+
 Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
-``kernel`` and ``runners`` given).
+``kernel``, ``runners`` and ``template`` given).
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ... import _wire as wire
-    from ..._wire import SpawnRequest
-    from . import kernel, runners
+    from ..._wire import Instructions, SpawnRequest
+    from . import kernel, runners, template
 # else: the modules are given by the driver's loader (see `aexec._boundary._driver`).
 
 
@@ -122,9 +125,10 @@ def startup_modules() -> list[str]:
     return [n for n in names if isinstance(n, str) and n != "__main__" and not n.startswith("_pytest")]
 
 
-def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool]:
-    """Fork a run's outer process per request; returns only in a child, with its spec
-    and whether the child is already the init of the run's namespaces (`fork_init`).
+def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool, Instructions | None, int | None]:
+    """Fork a run's outer process per request; returns only in a child, with its spec's
+    path, whether the child is already the init of the run's namespaces (`fork_init`),
+    and for a boxed run its spec as read here and its view's template (or None).
 
     A request is one datagram ``{"spec", "cwd", "env", "box"}`` on the control socket
     carrying three fds: the reply socket, the run's stdout and stderr. The reply socket gets
@@ -171,6 +175,7 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool]:
                 request = json.loads(msg)
                 reply, out, err = fds
                 as_init = bool(request.get("box")) and kernel.SYS_CLONE is not None
+                spec, tree = boxed(request)
                 try:
                     pid = kernel.fork_init() if as_init else os.fork()
                 except OSError:  # clone refused (a seccomp filter, say): the outer way
@@ -184,8 +189,9 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool]:
                     sel.close()
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    become(request, out, err, as_init=as_init)
-                    return str(request["spec"]), as_init
+                    become(request, out, err, as_init=as_init, keep=tree)
+                    template.templates.clear()  # their fds are closed but this run's
+                    return str(request["spec"]), as_init, spec, tree
                 os.close(out)
                 os.close(err)
                 replies[pid] = socket.socket(fileno=reply)
@@ -213,10 +219,32 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool]:
                     sock.close()
 
 
+def boxed(request: SpawnRequest) -> tuple[Instructions | None, int | None]:
+    """A boxed run's spec, and the template of its view (made on first use); (None,
+    None) for a run without a box, or whose spec this server cannot read (the run reads
+    it itself, and fails as a cold run would)."""
+    if not request.get("box"):
+        return None, None
+    try:
+        with open(request["spec"], "rb") as f:
+            spec: Instructions = json.loads(f.read())
+        box = spec["box"]
+        return spec, template.template(box) if box else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
+
+
 def become(
-    request: SpawnRequest, out: int, err: int, *, as_init: bool = False, go: int | None = None
+    request: SpawnRequest,
+    out: int,
+    err: int,
+    *,
+    as_init: bool = False,
+    go: int | None = None,
+    keep: int | None = None,
 ) -> None:
-    """What a fresh ``Popen(argv, stdin=DEVNULL, cwd, env, start_new_session)`` gives.
+    """What a fresh ``Popen(argv, stdin=DEVNULL, cwd, env, start_new_session)`` gives
+    (``keep``: an fd left open, the view's template, which the init closes).
 
     An init forked into its namespaces starts no session of its own: a cold run's
     session is its outer process's, outside the PID namespace, and so is the server's.
@@ -225,7 +253,12 @@ def become(
     os.dup2(null, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if keep is None:
+        os.closerange(3, top)
+    else:
+        os.closerange(3, keep)
+        os.closerange(keep + 1, top)
     if not as_init:
         os.setsid()
     os.chdir(request["cwd"])

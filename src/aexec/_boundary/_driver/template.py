@@ -1,0 +1,137 @@
+"""The fork server's templates of the view: the read-only part of a run's new root,
+assembled once per view as a detached mount tree (``fsmount``, ``open_tree`` +
+``move_mount``, ``mount_setattr``), sealed read-only, nosuid and private, which each
+run's init clones (`view.build_view`).
+
+Part of the driver (`aexec._boundary.driver` loads it by path, with ``kernel`` and
+``view`` given). With ``AEXEC_VIEW_TEMPLATE=0`` in the fork server's environment no
+template is made and every run assembles its view whole, as a cold run does
+(``benchmarks/peers.py --boundary-cost`` compares the two).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..._wire import Box
+    from . import kernel, view
+# else: ``kernel`` and ``view`` are given by the driver's loader (see `aexec._boundary._driver`).
+
+
+def template_key(box: Box) -> tuple[Any, ...]:
+    """What a template rests on: runs with the same key share one."""
+    return (tuple(box["readonly"]), box["etc"], tuple(box["tmp_targets"]), view.scratch_base(box))
+
+
+#: The server's templates by `template_key` (None: this view cannot have one).
+templates: dict[tuple[Any, ...], int | None] = {}
+_TEMPLATES_KEPT = 8
+
+
+def template(box: Box) -> int | None:
+    """The fork server's template for runs like ``box`` (made on first use: a detached,
+    sealed, private mount tree of the view's read-only part), or None where there can be
+    none: the kernel cannot clone a detached tree, or the scratch base lies where the
+    template cannot hold its mount point (under a bound tree)."""
+    if os.environ.get("AEXEC_VIEW_TEMPLATE") == "0":  # an ablation (``peers.py --boundary-cost``)
+        return None
+    key = template_key(box)
+    if key in templates:
+        return templates[key]
+    if len(templates) >= _TEMPLATES_KEPT:
+        close_templates()
+    try:
+        made: int | None = _make_template(box)
+    except (OSError, kernel.BoxError):
+        made = None
+    templates[key] = made
+    return made
+
+
+def close_templates(keep: int | None = None) -> None:
+    """Close the templates' fds but ``keep`` (a run's init holds only its own)."""
+    for fd in templates.values():
+        if fd is not None and fd != keep:
+            os.close(fd)
+    templates.clear()
+
+
+def _make_template(box: Box) -> int | None:
+    if not view._NEW_API:
+        return None
+    base = view.scratch_base(box)
+    special = ("/proc", "/dev", "/etc", os.path.dirname(view.HOST), *box["tmp_targets"])
+    if base is not None and any(
+        view._under(base, p) or view._under(p, base) for p in (*box["readonly"], *special)
+    ):
+        return None
+    fs = view._sys(view.SYS_FSOPEN, "fsopen tmpfs", b"tmpfs", ctypes.c_uint(view.FSOPEN_CLOEXEC))
+    try:
+        for key, value in ((b"source", b"aexec-view"), (b"mode", b"0755"), (b"size", b"4m")):
+            view._sys(
+                view.SYS_FSCONFIG, "fsconfig", fs, ctypes.c_uint(view.FSCONFIG_SET_STRING), key, value, 0
+            )
+        view._sys(view.SYS_FSCONFIG, "fsconfig", fs, ctypes.c_uint(view.FSCONFIG_CMD_CREATE), None, None, 0)
+        tree = view._sys(
+            view.SYS_FSMOUNT,
+            "fsmount",
+            fs,
+            ctypes.c_uint(view.FSMOUNT_CLOEXEC),
+            ctypes.c_uint(view.MOUNT_ATTR_NOSUID),
+        )
+    finally:
+        os.close(fs)
+    held: list[int] = []
+    umask = os.umask(0)
+    try:
+        _fill_template(box, tree, base, held)
+        # Sealed: read-only, nosuid and private (no mount event crosses to or from the
+        # host's trees), every mount of it; a clone keeps that.
+        if not view._setattr(
+            tree, "", True, view.MOUNT_ATTR_RDONLY | view.MOUNT_ATTR_NOSUID, view.MS_PRIVATE
+        ):
+            raise kernel.BoxError("mount_setattr: not here")
+        os.close(view._clone_tree(tree))  # the kernel can clone a detached tree (Linux 6.15)
+    except BaseException:
+        os.close(tree)
+        raise
+    finally:
+        for fd in held:
+            os.close(fd)
+        os.umask(umask)
+    return tree
+
+
+def _fill_template(box: Box, tree: int, base: str | None, held: list[int]) -> None:
+    root = f"/proc/self/fd/{tree}"
+
+    def hold(path: str) -> int:
+        held.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+        return held[-1]
+
+    def bind(source: int, where: str) -> None:
+        clone = view._clone_tree(source)
+        try:
+            view._setattr(clone, "", True, 0, view.MS_PRIVATE)
+            view._attach(clone, where)
+        finally:
+            os.close(clone)
+
+    ops, late, writable = view._plan(box, hold)
+    view._made.clear()
+    view._made.add(root)
+    for path, what, source in ops:
+        if what == "hide":
+            continue  # the run's own (its repo)
+        if (path, what, source) in late:
+            if not any(view._under(path, p) and p != path for p in writable) and path != box["scratch_root"]:
+                view._mkdirs(root + path)  # a tmp target's mount point
+            continue
+        view._place(root + path, what, source, bind)
+    if base is not None:
+        view._mkdirs(root + base)  # each run mounts a tmpfs of its own over it
+    os.mkdir(root + os.path.dirname(view.HOST), 0)  # only root may traverse it
+    os.mkdir(root + view.HOST, 0)
