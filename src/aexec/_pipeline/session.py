@@ -216,7 +216,9 @@ class Session:
             command=command,
             toolchain=toolchain,
         )
-        patches, modules = await in_thread(_read, candidate, runner)
+        patches, modules = Patches(), frozenset[str]()
+        if candidate.patch is not None or candidate.test_patch is not None or runner == "pytest":
+            patches, modules = await in_thread(_read, candidate, runner)
         return Job(
             index,
             candidate,
