@@ -36,7 +36,7 @@ a fault that only shows when the program runs is a ``build_check`` pass (label
 ``empty_success``, as every passing snippet is).
 
 **Labels are checked with the plain toolchain** (unless ``--no-verify``): each case's steps
-(the argvs of ``aexec._languages.steps``, the documented toolchain commands) run as bare
+(the argvs of ``aexec._languages.Language.steps``, the documented toolchain commands) run as bare
 subprocesses outside aexec, native programs under the same 512 MiB RLIMIT_AS aexec
 declares, all steps under the case's one deadline. A label holds when the right step fails
 (a build step for compile-time classes, the run step for run-time ones, the deadline for
@@ -816,18 +816,19 @@ def plain_run(case: dict[str, Any], toolmap: dict[str, str]) -> dict[str, Any]:
     """Run a case's steps as bare subprocesses: native programs under RLIMIT_AS = 512 MiB,
     all steps under one deadline. Returns the steps' exits and raw text, the failing step,
     whether the deadline hit, and the overall ``rc`` / ``output`` the naive baselines read."""
-    from aexec._languages import source_name, steps, support_files
+    from aexec._languages import language
 
     lang, rtype, code = case["language"], case["request_type"], case["code"]
+    obj = language(lang)
     timeout_s = float((case.get("policy") or {}).get("timeout_s", RUN_TIMEOUT_S))
     res: dict[str, Any] = {"id": case["id"], "steps": [], "failed_step": None, "timed_out": False}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aexec-plain-") as td:
-        files = {source_name(lang): code, **support_files(lang, rtype, code)}
+        files = {obj.source: code, **obj.support_files(rtype, code)}
         for name, text in files.items():
             (Path(td) / name).write_text(text)
         rc: int | None = 0
-        for st in steps(lang, rtype, td, tools=toolmap, ram_mib=RAM_CAP_MIB):
+        for st in obj.steps(rtype, td, tools=toolmap, ram_mib=RAM_CAP_MIB):
             argv = list(st.argv)
             if st.runs_candidate and lang in ("c", "cpp", "rust"):
                 argv = [sys.executable, "-c", CAP_LAUNCHER, str(RAM_CAP_MIB), *argv]

@@ -17,7 +17,7 @@ from aexec._ab.corpus import Label, load_corpus, load_selection, parse_label
 from aexec._ab.harness import selection_success
 from aexec._ab.metrics import metrics
 from aexec._ab.naive import guess_class
-from aexec._ab.report import verdict_of
+from aexec._ab.report import ablation_verdict
 
 from .conftest import EXAMPLES, diff
 
@@ -235,11 +235,11 @@ def test_metrics_are_the_fidelity_report_s() -> None:
 
 
 def test_the_deletion_rule() -> None:
-    assert verdict_of({"verdict_accuracy": 0.0, "macro_f1": 0.0}) == "DELETE (Δ = 0)"
-    assert verdict_of({"verdict_accuracy": -0.04, "macro_f1": 0.0}) == "DELETE (|Δ| ≤ 5%)"
-    assert verdict_of({"verdict_accuracy": -0.06, "macro_f1": 0.0}) == "KEEP"
-    assert verdict_of({"verdict_accuracy": 0.0, "macro_f1": 0.2}).startswith("DELETE (harm")
-    assert verdict_of({"verdict_accuracy": -0.2, "macro_f1": 0.2}) == "KEEP"
+    assert ablation_verdict({"verdict_accuracy": 0.0, "macro_f1": 0.0}) == "DELETE (Δ = 0)"
+    assert ablation_verdict({"verdict_accuracy": -0.04, "macro_f1": 0.0}) == "DELETE (|Δ| ≤ 5%)"
+    assert ablation_verdict({"verdict_accuracy": -0.06, "macro_f1": 0.0}) == "KEEP"
+    assert ablation_verdict({"verdict_accuracy": 0.0, "macro_f1": 0.2}).startswith("DELETE (harm")
+    assert ablation_verdict({"verdict_accuracy": -0.2, "macro_f1": 0.2}) == "KEEP"
 
 
 def test_the_raw_guess_reads_the_last_exception_name() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aexec import Candidate, RequestError
-from aexec._stages.classify import check, classify
+from aexec._stages.classify import classify, route
 from aexec._types import ARTIFACT_SHAPES, REQUEST_TYPES
 
 TABLE = {
@@ -48,7 +48,7 @@ def test_only_discriminate_arms_the_probe() -> None:
     ],
 )
 def test_runner_follows_mode_and_fields(candidate: Candidate, runner: str) -> None:
-    assert check(candidate)[1] == runner
+    assert route(candidate)[1] == runner
 
 
 @pytest.mark.parametrize(
@@ -64,4 +64,4 @@ def test_runner_follows_mode_and_fields(candidate: Candidate, runner: str) -> No
 )
 def test_malformed_requests_are_named(candidate: Candidate, message: str) -> None:
     with pytest.raises(RequestError, match=message.replace("[", r"\[").replace("`", "`")):
-        check(candidate)
+        route(candidate)

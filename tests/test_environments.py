@@ -21,7 +21,7 @@ import pytest
 from aexec import Candidate, ExecutionObservation, observe
 from aexec._errors import RequestError
 from aexec._serde import candidate as read_request
-from aexec._stages.classify import check, pytest_command
+from aexec._stages.classify import pytest_command, route
 
 from .conftest import MakeRepo, diff
 
@@ -542,9 +542,9 @@ def test_which_commands_run_pytest() -> None:
     assert pytest_command(["python", "-X", "dev", "-m", "pytest"]) is None
     assert pytest_command(["python", "-m", "pytest_cov"]) is None
     assert pytest_command(["make", "test"]) is None
-    _, runner = check(Candidate("run_entry", "command", repo="/r", command=["pytest"]))
+    _, runner = route(Candidate("run_entry", "command", repo="/r", command=["pytest"]))
     assert runner == "pytest"
-    _, runner = check(Candidate("run_entry", "command", command=["python", "-c", "1"]))
+    _, runner = route(Candidate("run_entry", "command", command=["python", "-c", "1"]))
     assert runner == "command"
 
 

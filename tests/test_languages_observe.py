@@ -178,7 +178,7 @@ async def test_a_language_request_is_checked_up_front() -> None:
     with pytest.raises(RequestError, match="language 'rust' answers build_check and run_entry of a snippet"):
         await observe(Candidate("run_suite", "test_subset", tests=["x"], language="rust"))
     # run_suite of a repo is a suite (tests/test_languages_suite.py), for the languages with a runner
-    with pytest.raises(RequestError, match="run_suite runs rust, javascript, c, cpp suites, not sql"):
+    with pytest.raises(RequestError, match="run_suite runs c, cpp, rust, javascript suites, not sql"):
         await observe(Candidate("run_suite", "test_subset", repo=".", tests=["x"], language="sql"))
     with pytest.raises(RequestError, match="`python` is for Python requests only"):
         await observe(Candidate("run_entry", "snippet", code="x", language="c", python="python3"))

@@ -18,7 +18,7 @@ import pytest
 
 from aexec import Candidate, ExecutionObservation, Policy, RequestError, observe
 from aexec._api import validate
-from aexec._languages import is_test_file, oracle_text, split
+from aexec._languages import language, split
 from aexec._languages.suite import matches
 from aexec._stages.assemble import touches_suite_oracle
 
@@ -354,31 +354,37 @@ def test_selectors_pick_ids() -> None:
 
 
 def test_tamper_rules() -> None:
-    assert is_test_file("rust", "tests/common/mod.rs") and not is_test_file("rust", "src/lib.rs")
-    assert is_test_file("javascript", "lib/x.test.mjs") and not is_test_file("javascript", "lib/x.js")
-    assert is_test_file("c", "tests/test_add.c") and not is_test_file("c", "src/demo.c")
+    assert language("rust").runner().is_test_file("tests/common/mod.rs") and not language(
+        "rust"
+    ).runner().is_test_file("src/lib.rs")
+    assert language("javascript").runner().is_test_file("lib/x.test.mjs") and not language(
+        "javascript"
+    ).runner().is_test_file("lib/x.js")
+    assert language("c").runner().is_test_file("tests/test_add.c") and not language(
+        "c"
+    ).runner().is_test_file("src/demo.c")
     # Only the test part of a runner's file counts: a dependency or a library change does not.
     toml = CRATE["Cargo.toml"]
-    assert oracle_text("rust", "Cargo.toml", toml) == oracle_text(
-        "rust", "Cargo.toml", toml + "[dependencies]\n"
+    assert language("rust").runner().oracle_text("Cargo.toml", toml) == language("rust").runner().oracle_text(
+        "Cargo.toml", toml + "[dependencies]\n"
     )
-    assert oracle_text("rust", "Cargo.toml", toml) != oracle_text(
-        "rust", "Cargo.toml", toml + "[dev-dependencies]\nx = '1'\n"
+    assert language("rust").runner().oracle_text("Cargo.toml", toml) != language("rust").runner().oracle_text(
+        "Cargo.toml", toml + "[dev-dependencies]\nx = '1'\n"
     )
     src = CRATE["src/lib.rs"]
-    assert oracle_text("rust", "src/lib.rs", src) == oracle_text(
-        "rust", "src/lib.rs", src.replace("a - b", "a + b")
+    assert language("rust").runner().oracle_text("src/lib.rs", src) == language("rust").runner().oracle_text(
+        "src/lib.rs", src.replace("a - b", "a + b")
     )
-    assert oracle_text("rust", "src/lib.rs", src) != oracle_text(
-        "rust", "src/lib.rs", src.replace("), 3)", "), 4)")
+    assert language("rust").runner().oracle_text("src/lib.rs", src) != language("rust").runner().oracle_text(
+        "src/lib.rs", src.replace("), 3)", "), 4)")
     )
     pkg = PROJECT["package.json"]
-    assert oracle_text("javascript", "package.json", pkg) == oracle_text(
-        "javascript", "package.json", pkg.replace("1.0.0", "1.0.1")
-    )
+    assert language("javascript").runner().oracle_text("package.json", pkg) == language(
+        "javascript"
+    ).runner().oracle_text("package.json", pkg.replace("1.0.0", "1.0.1"))
     cm = CMAKE["CMakeLists.txt"]
-    assert oracle_text("c", "CMakeLists.txt", cm) == oracle_text(
-        "c", "CMakeLists.txt", cm.replace("src/demo.c", "src/demo.c src/x.c")
+    assert language("c").runner().oracle_text("CMakeLists.txt", cm) == language("c").runner().oracle_text(
+        "CMakeLists.txt", cm.replace("src/demo.c", "src/demo.c src/x.c")
     )
     # Selected test files (all of them for the whole suite), or the runner's config.
     assert touches_suite_oracle("javascript", ["test/a.test.js"], ["test/a.test.js::x"], False)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +148,54 @@ def test_no_atexit_hooks_remain() -> None:
                 offenders.append(f"{path.relative_to(SRC)}:{getattr(node, 'lineno', 0)}")
     assert offenders == []
     assert any(SRC.rglob("*.py"))
+
+
+async def test_the_observer_is_the_client(tmp_path: Path) -> None:
+    """Issue 28, goal 5: ``Observer.observe_many`` is the real method (made with its
+    defaults: no version to pass), and it checks the candidates before anything runs."""
+    counting = CountingSupervisor()
+    async with aexec.Observer(Options(scratch_dir=str(tmp_path)), supervisor=counting) as o:
+        ok, boom = await o.observe_many(
+            [
+                Candidate("run_entry", "snippet", id="ok", code="print('hi')"),
+                Candidate("run_entry", "snippet", id="boom", code="raise SystemExit(3)"),
+            ]
+        )
+        assert (ok.verdict, ok.stdout, ok.aexec_version) == ("empty_success", "hi\n", aexec.__version__)
+        assert boom.verdict == "fail" and boom.exit_code == 3
+        runs = counting.runs
+        with pytest.raises(aexec.RequestError, match=r"candidate 1 \('bad'\): .*`code`"):
+            await o.observe_many(
+                [
+                    Candidate("run_entry", "snippet", code="print(1)"),
+                    Candidate("run_entry", "snippet", id="bad"),
+                ]
+            )
+        assert counting.runs == runs, "a run started before every candidate was checked"
+
+
+async def test_a_candidate_is_checked_and_its_interpreter_resolved_once(tmp_path: Path) -> None:
+    """Issue 28: validation and interpreter resolution ran twice (``_api.validate``, then
+    ``Session.job``). The real functions' calls are counted with a profiler, not patched."""
+    from aexec._pipeline.toolchain import resolve_python
+    from aexec._stages import grade
+
+    watched = {resolve_python.__code__: "resolve_python", grade.check.__code__: "grade.check"}
+    calls = {name: 0 for name in watched.values()}
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in watched:
+            calls[watched[frame.f_code]] += 1
+
+    cands = [Candidate("run_entry", "snippet", id=f"c{i}", code=f"print({i})") for i in range(3)]
+    async with aexec.observer(Options(scratch_dir=str(tmp_path))) as o:
+        await observe_many(cands[:1], observer=o)  # warm: probes made once per observer are not counted
+        sys.setprofile(profile)
+        threading.setprofile(profile)
+        try:
+            got = await observe_many(cands, observer=o)
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+    assert [x.verdict for x in got] == ["empty_success"] * 3
+    assert calls == {"resolve_python": 3, "grade.check": 3}

@@ -25,7 +25,7 @@ from aexec._stages.plan import (
     candidate_env,
     modules,
     plan,
-    selection,
+    selection_args,
     view_readonly,
 )
 from aexec._stages.policy import FILE_SIZE_CAP_BYTES, declare, limits
@@ -150,7 +150,7 @@ def test_pytest_args_for_a_selection(tests: tuple[str, ...] | None, tail: list[s
     cache = i["pytest_args"][len(PYTEST_ARGS) : len(PYTEST_ARGS) + 2]
     assert cache[0] == "-o" and cache[1].startswith(f"cache_dir={ROOT}/tmp/")  # the run's own, empty
     assert i["pytest_args"] == [*PYTEST_ARGS, *cache, f"--rootdir={WORK}", *tail]
-    assert selection(None if tests is None else list(tests)) == tail
+    assert selection_args(None if tests is None else list(tests)) == tail
 
 
 def test_import_modules_from_the_touched_sources() -> None:

@@ -30,7 +30,7 @@ import structlog.testing
 
 import aexec
 from aexec import Candidate, ExecutionObservation, observe_many, observe_many_ray
-from aexec._scaleout.ray import pack_repo
+from aexec._scaleout.archive import pack_repo
 
 from .conftest import MakeRepo, diff, live_pids_with
 

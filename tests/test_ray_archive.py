@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from aexec._boundary.trees import hash_tree
-from aexec._scaleout.ray import node_repo, pack_repo
+from aexec._scaleout.archive import node_repo, pack_repo
 
 from .conftest import MakeRepo
 

@@ -1,6 +1,6 @@
-"""The front door: ``observe`` and ``observe_many``.
+"""The front door: ``observe`` and ``observe_many``, thin wrappers over an `Observer`.
 
-Check every candidate, then hand them to an `Observer` (``aexec._pipeline``), which runs
+The `Observer` (``aexec._pipeline``) is the client: it checks the candidates and runs
 the spec's stages over them. Without an observer of the caller's own, a shared one per
 `Options` is used, so that warm interpreters serve later calls too; `aclose` gives its
 resources back.
@@ -8,45 +8,23 @@ resources back.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
 import attrs
 
 from ._boundary.supervise import Supervisor
-from ._errors import RequestError
 from ._options import Options
-from ._pipeline.observer import Observer
-from ._pipeline.toolchain import resolve_python
+from ._pipeline.observer import Executor, Observer
+from ._pipeline.request import validate
 from ._records import Candidate, ExecutionObservation
-from ._stages import grade
-from ._stages.classify import Classification, Runner, check
+from ._version import VERSION
 
-VERSION = "0.2.0"
-
-
-def validate(candidate: Candidate) -> tuple[Classification, Runner]:
-    """Check a candidate before anything runs; raises `RequestError` naming the field."""
-    grade.check(candidate)
-    # Graded without `tests`: the files its expected node ids name are the selection.
-    candidate = attrs.evolve(candidate, tests=grade.selection(candidate))
-    classification, runner = check(candidate)
-    resolve_python(candidate.python)
-    if candidate.repo is not None:
-        if not os.path.isdir(candidate.repo):
-            raise RequestError(f"repo: {candidate.repo!r} is not a directory")
-        diffs = (candidate.patch or "") + (candidate.test_patch or "")
-        for field, i, sel in grade.named(candidate):
-            path = sel.split("::", 1)[0]
-            if f"+++ b/{path}" not in diffs and not os.path.exists(os.path.join(candidate.repo, path)):
-                raise RequestError(f"{field}[{i}]: {path!r} does not exist in repo {candidate.repo!r}")
-    return classification, runner
+__all__ = ["VERSION", "Executor", "aclose", "observe", "observe_many", "observer", "validate"]
 
 
 def observer(options: Options | None = None, *, supervisor: Supervisor | None = None) -> Observer:
     """A new `Observer` (use it as ``async with aexec.observer(options) as o: ...``)."""
-    return Observer(options, supervisor=supervisor, version=VERSION)
+    return Observer(options, supervisor=supervisor)
 
 
 #: The shared observers of ``observe_many`` calls made without one, by their options.
@@ -62,19 +40,6 @@ async def aclose() -> None:
     _shared.clear()
     for o in closing:
         await o.aclose()
-
-
-class Executor(Protocol):
-    """Somewhere else to run ``observe_many`` (e.g. `aexec.RayExecutor`), same records out."""
-
-    async def observe_many(
-        self,
-        candidates: Iterable[Candidate],
-        *,
-        limit: int | None = None,
-        cache_dir: str | None = None,
-        on_observation: Callable[[int, ExecutionObservation], None] | None = None,
-    ) -> list[ExecutionObservation]: ...
 
 
 async def observe(
@@ -125,40 +90,37 @@ async def observe_many(
     or a wrapper that counts); ``observer`` is an `Observer` of the caller's own. Without
     one, calls with equal options share an observer whose warm interpreters outlive the
     call (`aclose` stops them); with a ``supervisor``, the call gets an observer of its
-    own, closed when it returns.
+    own, closed when it returns. Either way, this is `Observer.observe_many`.
 
     **Cancellation:** cancelling the call kills every running candidate's process tree
     and removes every scratch root, in shielded scopes, then re-raises; observations
     already passed to ``on_observation`` stay valid.
 
-    With an ``executor`` the candidates are observed there instead (each by this same
-    local pipeline, wherever it runs).
+    With an ``executor`` (e.g. ``aexec.RayExecutor()``, the one door to scale out) the
+    candidates are observed there instead (each by this same local pipeline, wherever it
+    runs).
     """
-    base = options if options is not None else observer.options if observer is not None else Options()
-    opts = attrs.evolve(
-        base,
-        limit=limit if limit is not None else base.limit,
-        cache_dir=cache_dir if cache_dir is not None else base.cache_dir,
+    if observer is None:
+        opts = options if options is not None else Options()
+        if supervisor is not None:
+            observer = Observer(opts, supervisor=supervisor)
+            async with observer:
+                return await observer.observe_many(
+                    candidates,
+                    limit=limit,
+                    cache_dir=cache_dir,
+                    on_observation=on_observation,
+                    executor=executor,
+                )
+        # What an observer keeps between calls depends on these options only.
+        kept = attrs.evolve(opts, limit=None, cache_dir=None, ablate=frozenset())
+        observer = _shared.get(kept) or _shared.setdefault(kept, Observer(kept))
+        options = opts
+    return await observer.observe_many(
+        candidates,
+        limit=limit,
+        cache_dir=cache_dir,
+        on_observation=on_observation,
+        executor=executor,
+        options=options,
     )
-    if executor is not None:
-        return await executor.observe_many(
-            candidates, limit=opts.limit, cache_dir=opts.cache_dir, on_observation=on_observation
-        )
-    items = list(candidates)
-    checked = []
-    for i, c in enumerate(items):
-        try:
-            checked.append(validate(c))
-        except RequestError as e:
-            raise RequestError(f"candidate {i} ({c.id!r}): {e}") from None
-    if observer is not None:
-        return await observer.observe_checked(items, checked, options=opts, on_observation=on_observation)
-    if supervisor is not None:
-        async with Observer(opts, supervisor=supervisor, version=VERSION) as own:
-            return await own.observe_checked(items, checked, options=opts, on_observation=on_observation)
-    # What an observer keeps between calls depends on these options only.
-    kept = attrs.evolve(opts, limit=None, cache_dir=None, ablate=frozenset())
-    shared = _shared.get(kept)
-    if shared is None:
-        shared = _shared[kept] = Observer(kept, version=VERSION)
-    return await shared.observe_checked(items, checked, options=opts, on_observation=on_observation)

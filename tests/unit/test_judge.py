@@ -10,7 +10,7 @@ from aexec._errors import PatchError
 from aexec._records import Candidate, Environment
 from aexec._stages import judge
 from aexec._stages.assemble import Run
-from aexec._stages.classify import Classification, Runner, check
+from aexec._stages.classify import Classification, Runner, route
 from aexec._stages.judge import Need, Outcome, Patches, Results
 from aexec._stages.parse import Evidence, ParsedTest, RaisedError
 from aexec._stages.policy import declare
@@ -45,7 +45,7 @@ def job(*, patched: bool = True, guarded: bool = True, **fields: object) -> Fake
         patch=PATCH if patched else None,
         **fields,
     )
-    classification, runner = check(candidate)
+    classification, runner = route(candidate)
     env = declare(
         classification.mode,
         candidate.policy,

@@ -44,7 +44,7 @@ from .._types import MAX_RAM_MIB
 from .corpus import Corpus, SelectionTask, load_selection
 from .metrics import SystemRun, confusion, prediction, score, tagged
 from .naive import Prediction, baseline_a, baseline_b, guess_class, naive_run
-from .report import Ablation, AbReport, compare, report_json, verdict_of, write_confusion_png
+from .report import Ablation, AbReport, ablation_verdict, compare, report_json, write_confusion_png
 
 __all__ = ["MECHANISMS", "run_ab", "run_baselines", "run_pipeline", "selected", "selection_success"]
 
@@ -380,5 +380,5 @@ async def _ablate(
         ),
     )
     return Ablation(
-        m, "no probe vs probe on the selection corpus", None, deltas, verdict_of(deltas), lines
+        m, "no probe vs probe on the selection corpus", None, deltas, ablation_verdict(deltas), lines
     ), None

@@ -14,10 +14,10 @@ __all__ = [
     "NOISE",
     "AbReport",
     "Ablation",
+    "ablation_verdict",
     "compare",
     "render",
     "report_json",
-    "verdict_of",
     "write_confusion_png",
 ]
 
@@ -55,7 +55,7 @@ def _honest(s: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def verdict_of(deltas: Mapping[str, float]) -> str:
+def ablation_verdict(deltas: Mapping[str, float]) -> str:
     """§7.5: KEEP iff removing the mechanism degrades an honest metric beyond noise;
     DELETE when every Δ is 0 or within noise, or when the removal *improves* one beyond
     noise (a demonstrated harm)."""
@@ -77,7 +77,7 @@ def compare(
         *notes,
         f"wall {base['wall_s']:.1f}s → {got['wall_s']:.1f}s (Δ {got['wall_s'] - base['wall_s']:+.1f}s; cost, not an honest metric of §7.5)",
     )
-    return Ablation(mechanism, how, dict(got), deltas, verdict_of(deltas), tuple(notes))
+    return Ablation(mechanism, how, dict(got), deltas, ablation_verdict(deltas), tuple(notes))
 
 
 def write_confusion_png(path: str, title: str, cats: Sequence[str], grid: Sequence[Sequence[int]]) -> bool:

@@ -15,8 +15,8 @@ import attrs
 
 from .._types import FAILURE_ORDER, MESSAGE_CAP_CHARS, FailureClass
 
-Language = Literal["c", "cpp", "rust", "java", "javascript", "sql"]
-LANGUAGES: Final[tuple[Language, ...]] = ("c", "cpp", "rust", "java", "javascript", "sql")
+#: The name of a language beyond Python (`aexec._languages.LANGUAGES` holds each one's object).
+LangName = Literal["c", "cpp", "rust", "java", "javascript", "sql"]
 #: The request types a language other than Python answers.
 LangRequestType = Literal["build_check", "run_entry"]
 LANG_REQUEST_TYPES: Final[tuple[LangRequestType, ...]] = ("build_check", "run_entry")
@@ -91,7 +91,7 @@ class LangFinding:
 class LanguageEvidence:
     """The findings of one request's steps, the primary one first (spec §3.5 order)."""
 
-    language: Language
+    language: LangName
     findings: tuple[LangFinding, ...]
     #: ``Type: message`` of the uncaught exception or panic, if the program raised one.
     exception: str | None
@@ -182,7 +182,7 @@ def first_line(text: str) -> str:
 
 
 def parse_steps(
-    language: Language,
+    language: LangName,
     outputs: tuple[StepOutput, ...],
     scratch: str,
     timeout_s: float | None,
@@ -220,7 +220,7 @@ def parse_steps(
 
 
 def evidence(
-    language: Language,
+    language: LangName,
     outputs: tuple[StepOutput, ...],
     findings: Iterable[LangFinding],
     *,

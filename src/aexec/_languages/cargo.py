@@ -43,7 +43,7 @@ from ._common import (
     loc,
     tool,
 )
-from .suite import SuiteEvidence, SuiteVerdict, selected, split
+from .suite import Suite, SuiteEvidence, SuiteVerdict, is_test_file, selected, split
 
 #: Under the scratch home: Cargo's home and its target directory (aexec's own files).
 CARGO_HOME: Final = ".aexec_cargo"
@@ -255,3 +255,86 @@ def parse(
             found.append(exit_finding(out))  # cargo failed and no test or binary says why
             uncertain = True
     return SuiteEvidence(evidence("rust", outputs, found, uncertain=uncertain), tuple(results))
+
+
+# ---- the tamper guard: Rust's tests and Cargo's configuration of them ----------------------
+
+#: A crate's test files (fnmatch on the repo-relative path, and on its basename).
+TEST_FILES: Final = ("tests/*", "benches/*")
+_CARGO_TEST_TABLE = re.compile(
+    r"^\[\[?\s*(?:test|bench|lib|bin|dev-dependencies|profile\.test|profile\.bench"
+    r"|target\.[^\]]*\.dev-dependencies)\s*\]\]?\s*$"
+)
+_TOML_TABLE = re.compile(r"^\[\[?[^\]]+\]\]?\s*(?:#.*)?$")
+_RUST_TEST_ATTR = re.compile(r"#\[\s*(?:cfg\s*\(\s*test\s*\)|test|should_panic[^\]]*|ignore[^\]]*)\s*\]")
+
+
+def _cargo_tests(text: str) -> str:
+    """The tables of a Cargo.toml that configure tests: ``[[test]]``, ``[[bench]]``,
+    ``[lib]``/``[[bin]]`` (their ``test``/``harness`` keys), ``[dev-dependencies]``,
+    ``[profile.test]``/``[profile.bench]``."""
+    out: list[str] = []
+    keep = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if _TOML_TABLE.match(stripped):
+            keep = bool(_CARGO_TEST_TABLE.match(stripped.split("#", 1)[0].strip()))
+        if keep and stripped and not stripped.startswith("#"):
+            out.append(stripped)
+    return "\n".join(out)
+
+
+def _braced(text: str, start: int) -> str:
+    """From ``start``, the item up to its matching ``}`` (or ``;`` before any ``{``)."""
+    depth = 0
+    for i in range(start, len(text)):
+        c = text[i]
+        if c == ";" and depth == 0:
+            return text[start : i + 1]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start : i + 1]
+    return text[start:]
+
+
+def _rust_tests(text: str) -> str:
+    """The test items of a Rust source: each ``#[cfg(test)]`` / ``#[test]`` item whole
+    (by brace matching, which a brace inside a string literal can shift the same way on
+    both sides of a patch)."""
+    out: list[str] = []
+    end = 0
+    for m in _RUST_TEST_ATTR.finditer(text):
+        if m.start() < end:
+            continue  # inside an item already taken
+        item = _braced(text, m.start())
+        end = m.start() + len(item)
+        out.append(item)
+    return "\n".join(out)
+
+
+def oracle_text(path: str, text: str | None) -> str | None:
+    """The part of ``path`` that configures the crate's tests: Cargo's configuration, a
+    manifest's test tables, a source's test items."""
+    base = posixpath.basename(path)
+    if path in (".cargo/config", ".cargo/config.toml"):
+        return text or ""
+    if base == "Cargo.toml":
+        return _cargo_tests(text or "")
+    if path.endswith(".rs") and not is_test_file(TEST_FILES, path):
+        return _rust_tests(text or "")
+    return None
+
+
+#: ``cargo test`` (Rust).
+SUITE: Final = Suite(
+    name="cargo",
+    tools=("cargo",),
+    steps=steps,
+    parse=parse,
+    test_files=TEST_FILES,
+    oracle_text=oracle_text,
+    own_files=(CARGO_HOME + "/", TARGET_DIR + "/"),
+)

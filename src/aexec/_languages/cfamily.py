@@ -15,6 +15,7 @@ import json
 import posixpath
 import re
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Final, Literal
 
 from .._types import FailureClass
@@ -31,6 +32,7 @@ from ._common import (
     parse_steps,
     tool,
 )
+from ._language import Language
 
 CFamily = Literal["c", "cpp"]
 SOURCE: Final[dict[CFamily, str]] = {"c": "main.c", "cpp": "main.cpp"}
@@ -44,16 +46,22 @@ C_ERRORS: Final = (
     "-Werror=int-conversion",
     "-Werror=incompatible-pointer-types",
 )
+#: Flags of one language only: C's errors (C++ makes them errors already).
+EXTRA: Final[dict[CFamily, tuple[str, ...]]] = {"c": C_ERRORS, "cpp": ()}
 OBJECT: Final = "main.o"
 PROGRAM: Final = "main"
 
 
 def steps(
-    language: CFamily, request_type: LangRequestType, scratch: str, tools: Mapping[str, str] | None
+    language: CFamily,
+    request_type: LangRequestType,
+    scratch: str,
+    tools: Mapping[str, str] | None,
+    ram_mib: int | None = None,
 ) -> tuple[Step, ...]:
-    """Compile to an object file, link (``build_check`` stops here), then run."""
+    """Compile to an object file, link (``build_check`` stops here), then run (a native
+    program: the memory cap is the kernel's, ``ram_mib`` sizes nothing)."""
     cc = tool(tools, COMPILER[language])
-    extra = C_ERRORS if language == "c" else ()
     compile_argv = (
         cc,
         STD[language],
@@ -61,7 +69,7 @@ def steps(
         "-fno-diagnostics-color",
         "-g",
         "-O0",
-        *extra,
+        *EXTRA[language],
         "-c",
         SOURCE[language],
         "-o",
@@ -97,7 +105,7 @@ _TYPE_OPTIONS = frozenset({"-Werror=int-conversion", "-Werror=incompatible-point
 _MISSING = re.compile(r"^(?P<file>.+): No such file or directory$")
 
 
-def _diag_class(d: Mapping[str, Any]) -> FailureClass:
+def diag_class(d: Mapping[str, Any]) -> FailureClass:
     message = str(d.get("message", ""))
     if d.get("kind") == "fatal error" and _MISSING.match(message):
         return "dependency"
@@ -136,7 +144,7 @@ def _compile_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
         message = str(d.get("message", ""))
         if d.get("option"):
             message = f"{message} [{d['option']}]"
-        found.append(LangFinding(_diag_class(d), _diag_location(d, scratch), cap(message), out.name))
+        found.append(LangFinding(diag_class(d), _diag_location(d, scratch), cap(message), out.name))
     return found
 
 
@@ -148,7 +156,7 @@ _LD = re.compile(
 _LD_OTHER = re.compile(r"^(?:/\S*/)?ld(?:\.\w+)?: (?P<msg>.+)$", re.M)
 
 
-def _link_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
+def link_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     found = [
         LangFinding("compile", loc(m["file"], m["line"], scratch), cap(m["msg"]), out.name)
         for m in _LD.finditer(out.stderr)
@@ -175,7 +183,7 @@ _TERMINATE = re.compile(
 _BAD_ALLOC = ("std::bad_alloc", "std::bad_array_new_length")
 
 
-def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
+def run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     found: list[LangFinding] = []
     m = _ASSERT.search(out.stderr)
     if m:
@@ -189,18 +197,12 @@ def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     return found
 
 
-#: For a project's suite (`ctest`): the same readings of GCC, ld and the program.
-diag_class = _diag_class
-link_findings = _link_findings
-run_findings = _run_findings
-
-
 def _parse_step(out: StepOutput, scratch: str) -> list[LangFinding]:
     if out.name == "compile":
         return _compile_findings(out, scratch)
     if out.name == "link":
-        return _link_findings(out, scratch)
-    return _run_findings(out, scratch)
+        return link_findings(out, scratch)
+    return run_findings(out, scratch)
 
 
 def parse(
@@ -208,3 +210,20 @@ def parse(
 ) -> LanguageEvidence:
     """The evidence of a C or C++ request's steps. Same input, same output."""
     return parse_steps(language, outputs, scratch, timeout_s, _parse_step)
+
+
+def _language(name: CFamily) -> Language:
+    return Language(
+        name=name,
+        source=SOURCE[name],
+        tools=(COMPILER[name],),
+        steps=partial(steps, name),
+        parse=partial(parse, name),
+        version_argv=partial(version_argv, name),
+        own_files=(OBJECT, PROGRAM),
+    )
+
+
+#: C and C++ with GCC (their suites run with CMake and CTest: `ctest`, joined in the registry).
+C: Final = _language("c")
+CPP: Final = _language("cpp")

@@ -33,6 +33,7 @@ import posixpath
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from .._types import FailureClass
@@ -52,7 +53,7 @@ from ._common import (
     tool,
 )
 from .cfamily import CFamily
-from .suite import ID_FILES, SuiteEvidence, SuiteVerdict, selected, selects_ids, split
+from .suite import Suite, SuiteEvidence, SuiteVerdict, selected, selects_ids, split
 
 BUILD_DIR: Final = ".aexec_build"
 JUNIT_FILE: Final = ".aexec_ctest.xml"
@@ -60,8 +61,8 @@ JUNIT_FILE: Final = ".aexec_ctest.xml"
 SOURCES_FILE: Final = ".aexec_ctest_sources.txt"
 #: The step that gathers what the selected tests are built from.
 GATHER_STEP: Final = "sources"
-#: The file test ids are anchored to.
-ID_FILE: Final = ID_FILES["c"]
+#: The file test ids are anchored to (CTest's names are the project's).
+ID_FILE: Final = "CMakeLists.txt"
 _CMAKE_SPECIAL = re.compile(r"([\\^$.|?*+()\[\]{}])")
 
 #: Configure's initial cache script (``cmake -C``): asks CMake's file API for the code model.
@@ -115,11 +116,6 @@ def regex(tests: Sequence[str]) -> str | None:
     return "^(" + "|".join(_CMAKE_SPECIAL.sub(r"\\\1", n or "") for n in names) + ")$"
 
 
-def support_files() -> dict[str, str]:
-    """aexec's scripts, written into the repo's view (used when the selection names ids)."""
-    return {INIT_FILE: INIT_SOURCE, GATHER_FILE: GATHER_SOURCE}
-
-
 def steps(
     work: str, home: str, tests: Sequence[str] | None, tools: Mapping[str, str] | None
 ) -> tuple[Step, ...]:
@@ -127,7 +123,7 @@ def steps(
     junit = posixpath.join(home, JUNIT_FILE)
     env = (*BASE_ENV, ("CLICOLOR", "0"), ("CMAKE_COLOR_DIAGNOSTICS", "OFF"))
     cmake, ctest = tool(tools, "cmake"), tool(tools, "ctest")
-    gather = selects_ids("c", tests)  # the guard needs what the named tests are built from
+    gather = selects_ids(ID_FILE, tests)  # the guard needs what the named tests are built from
     init = ("-C", posixpath.join(work, INIT_FILE)) if gather else ()
     planned = [
         Step("configure", (cmake, *init, "-S", work, "-B", build, "-DCMAKE_BUILD_TYPE=Debug"), work, env),
@@ -184,9 +180,8 @@ def _configure_findings(out: StepOutput, work: str) -> list[LangFinding]:
         if re.search(r"Could not find|Could NOT find|find_package", msg):
             cls = "dependency"
         where = loc(m["file"], m["line"], work) if m["file"] else ""
-        found.append(
-            LangFinding(cls, where, cap(f"CMake Error: {msg}".replace(work.rstrip("/") + "/", "")), out.name)
-        )
+        text = cap(f"CMake Error: {msg}".replace(work.rstrip("/") + "/", ""))
+        found.append(LangFinding(cls, where, text, out.name))
     return found
 
 
@@ -349,14 +344,8 @@ def parse(
         if out.name != RUN_STEP:
             own = (_configure_findings if out.name == "configure" else _build_findings)(out, work)
             uncertain = uncertain or not own
-            found.extend(
-                own
-                or [
-                    LangFinding(
-                        "compile", "", cap(f"{out.name} step failed: {first_line(out.stderr)}"), out.name
-                    )
-                ]
-            )
+            why = cap(f"{out.name} step failed: {first_line(out.stderr)}")
+            found.extend(own or [LangFinding("compile", "", why, out.name)])
             continue
         got, failed, unsure = _run(out, work, tests)
         results.extend(got)
@@ -365,3 +354,47 @@ def parse(
         if out.failed and not caps and not failed and not any(v != "passed" for _, v in got):
             found.append(exit_finding(out))
     return SuiteEvidence(evidence(language, outputs, found, uncertain=uncertain), tuple(results), sources)
+
+
+# ---- the tamper guard: the project's test files and CMake's test configuration --------------
+
+#: Test files (fnmatch on the repo-relative path, and on its basename).
+_TEST_DIRS: Final = ("test/*", "tests/*", "*/test/*", "*/tests/*")
+TEST_FILES: Final[dict[CFamily, tuple[str, ...]]] = {
+    "c": (*_TEST_DIRS, "test_*.c", "*_test.c", "*_test.h"),
+    "cpp": (*_TEST_DIRS, "test_*.c*", "*_test.c*", "*_test.h*", "*_unittest.c*"),
+}
+_CMAKE_TEST = re.compile(
+    r"^\s*(?:add_test|enable_testing|set_tests_properties|include\s*\(\s*CTest|gtest_discover_tests"
+    r"|gtest_add_tests|set_property\s*\(\s*TEST)\b",
+    re.I,
+)
+
+
+def oracle_text(path: str, text: str | None) -> str | None:
+    """CTest's own files whole, and the test commands of the CMake files."""
+    base = posixpath.basename(path)
+    if base in ("CTestTestfile.cmake", "CTestCustom.cmake", "CTestConfig.cmake"):
+        return text or ""
+    if base == "CMakeLists.txt" or base.endswith(".cmake"):
+        return "\n".join(ln.strip() for ln in (text or "").splitlines() if _CMAKE_TEST.match(ln))
+    return None
+
+
+def _suite(language: CFamily) -> Suite:
+    return Suite(
+        name="ctest",
+        tools=("cmake", "ctest"),
+        steps=steps,
+        parse=partial(parse, language),
+        test_files=TEST_FILES[language],
+        oracle_text=oracle_text,
+        support=((INIT_FILE, INIT_SOURCE), (GATHER_FILE, GATHER_SOURCE)),
+        own_files=(BUILD_DIR + "/", JUNIT_FILE, SOURCES_FILE),
+        id_file=ID_FILE,
+    )
+
+
+#: CMake and CTest (C, C++).
+C_SUITE: Final = _suite("c")
+CPP_SUITE: Final = _suite("cpp")

@@ -26,6 +26,7 @@ from ._common import (
     parse_steps,
     tool,
 )
+from ._language import Language
 
 SOURCE: Final = "Main.java"
 MAIN_CLASS: Final = "Main"
@@ -180,3 +181,16 @@ def _parse_step(out: StepOutput, scratch: str) -> list[LangFinding]:
 def parse(outputs: tuple[StepOutput, ...], scratch: str, timeout_s: float | None = None) -> LanguageEvidence:
     """The evidence of a Java request's steps. Same input, same output."""
     return parse_steps("java", outputs, scratch, timeout_s, _parse_step)
+
+
+#: Java with javac and the JVM.
+LANGUAGE: Final = Language(
+    name="java",
+    source=SOURCE,
+    tools=("javac", "java"),
+    steps=steps,
+    parse=parse,
+    version_argv=version_argv,
+    own_files=(CLASSES + "/",),
+    reserves_address_space=True,
+)

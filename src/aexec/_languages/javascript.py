@@ -33,6 +33,7 @@ from ._common import (
     parse_steps,
     tool,
 )
+from ._language import Language
 
 SOURCE: Final = "main.js"
 HOOK_FILE: Final = ".aexec_node_hook.js"
@@ -82,9 +83,10 @@ def heap_mib(ram_mib: int) -> int:
     return max(MIN_HEAP_MIB, int(ram_mib * HEAP_SHARE))
 
 
-def support_files() -> dict[str, str]:
-    """Files the pipeline writes into the scratch directory beside ``main.js``."""
-    return {HOOK_FILE: HOOK_SOURCE}
+def support_files(request_type: LangRequestType, code: str) -> dict[str, str]:
+    """Files the pipeline writes into the scratch directory beside ``main.js``: the hook,
+    for a run."""
+    return {HOOK_FILE: HOOK_SOURCE} if request_type == "run_entry" else {}
 
 
 def steps(
@@ -130,7 +132,7 @@ def _where(file: str, line: int | str | None, scratch: str) -> str:
     return loc(_path(file), line, scratch)
 
 
-def _check_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
+def check_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     head = _HEAD.search(out.stderr)
     err = next((e for e in _ERROR_LINE.finditer(out.stderr) if e["name"] == "SyntaxError"), None)
     if err is None:
@@ -153,7 +155,7 @@ def error_class(name: str, code: str | None, message: str) -> FailureClass:
     return "runtime"
 
 
-def _stack_location(stack: str, scratch: str) -> str:
+def stack_location(stack: str, scratch: str) -> str:
     """The innermost frame in the candidate's files (not node's internals, not the hook)."""
     for f in _FRAME.finditer(stack):
         file = _path(f["file"])
@@ -173,7 +175,7 @@ def _record(text: str | None) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
+def run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     heap = _HEAP.search(out.stderr) or _INVALID_SIZE.search(out.stderr)
     if heap:
         return [LangFinding("resource", "", cap(heap[0].strip("# ")), out.name, cap(heap[0].strip("# ")))]
@@ -192,7 +194,7 @@ def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     importer = _IMPORTED_FROM.search(message) if cls == "dependency" else None
     message = message.replace(scratch.rstrip("/") + "/", "")  # "Require stack:\n- main.js"
     exc = f"{name}: {message}" if message else name
-    where = _stack_location(stack, scratch)
+    where = stack_location(stack, scratch)
     if not where and importer:  # an ES module's import: node's frames are its own, no line
         where = _where(importer["file"], None, scratch)
     if not where:
@@ -201,18 +203,25 @@ def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     return [LangFinding(cls, where, cap(exc), out.name, cap(exc))]
 
 
-#: For a project's suite (`nodetest`): the same readings of node's reports.
-check_findings = _check_findings
-run_findings = _run_findings
-stack_location = _stack_location
-
-
 def _parse_step(out: StepOutput, scratch: str) -> list[LangFinding]:
     if out.name == "check":
-        return _check_findings(out, scratch)
-    return _run_findings(out, scratch)
+        return check_findings(out, scratch)
+    return run_findings(out, scratch)
 
 
 def parse(outputs: tuple[StepOutput, ...], scratch: str, timeout_s: float | None = None) -> LanguageEvidence:
     """The evidence of a JavaScript request's steps. Same input, same output."""
     return parse_steps("javascript", outputs, scratch, timeout_s, _parse_step)
+
+
+#: JavaScript with node (its suites run with ``node --test``: `nodetest`, joined in the registry).
+LANGUAGE: Final = Language(
+    name="javascript",
+    source=SOURCE,
+    tools=("node",),
+    steps=steps,
+    parse=parse,
+    version_argv=version_argv,
+    support_files=support_files,
+    reserves_address_space=True,
+)

@@ -37,7 +37,7 @@ from ._common import (
     relative,
     tool,
 )
-from .suite import SuiteEvidence, SuiteVerdict, selected, split
+from .suite import Suite, SuiteEvidence, SuiteVerdict, selected, split
 
 REPORTER_FILE: Final = ".aexec_node_reporter.mjs"
 EVENTS_FILE: Final = ".aexec_node_tests.jsonl"
@@ -81,16 +81,14 @@ export default async function* aexecReporter(source) {
 """
 
 
-def support_files() -> dict[str, str]:
-    return {REPORTER_FILE: REPORTER_SOURCE}
-
-
 def files(tests: Sequence[str] | None) -> tuple[str, ...]:
     """The test files to hand node: the selectors' files (node finds them all when None)."""
     return tuple(dict.fromkeys(split(s)[0] for s in tests or ()))
 
 
-def steps(work: str, tests: Sequence[str] | None, tools: Mapping[str, str] | None) -> tuple[Step, ...]:
+def steps(
+    work: str, home: str, tests: Sequence[str] | None, tools: Mapping[str, str] | None
+) -> tuple[Step, ...]:
     if tests is not None and not tests:
         return ()  # an empty selection: nothing to run
     node = tool(tools, "node")
@@ -226,3 +224,64 @@ def parse(
             found.append(exit_finding(out))  # node failed and no test or file says why
             uncertain = True
     return SuiteEvidence(evidence("javascript", outputs, found, uncertain=uncertain), tuple(results.items()))
+
+
+# ---- the tamper guard: node's test files and package.json's test configuration --------------
+
+#: A node project's test files (fnmatch on the repo-relative path, and on its basename).
+TEST_FILES: Final = (
+    "test/*",
+    "*/test/*",
+    "tests/*",
+    "*/tests/*",
+    "__tests__/*",
+    "*/__tests__/*",
+    "*.test.?js",
+    "*.test.js",
+    "*-test.js",
+    "*-test.?js",
+    "*_test.js",
+    "*_test.?js",
+    "test-*.js",
+    "test-*.?js",
+    "test.js",
+    "test.?js",
+    "*.spec.js",
+    "*.spec.?js",
+)
+
+
+def _package_tests(text: str) -> str:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text  # not JSON: the whole file, so any change counts
+    if not isinstance(data, dict):
+        return text
+    scripts = data.get("scripts")
+    if not isinstance(scripts, dict):
+        scripts = {}
+    picked = {
+        k: v for k, v in scripts.items() if str(k).removeprefix("pre").removeprefix("post").startswith("test")
+    }
+    conf = {k: data[k] for k in ("test", "tests", "node-test", "mocha", "jest", "ava") if k in data}
+    return json.dumps([picked, conf], sort_keys=True)
+
+
+def oracle_text(path: str, text: str | None) -> str | None:
+    """The test part of a ``package.json`` (its test scripts and test runners' keys)."""
+    if posixpath.basename(path) != "package.json":
+        return None
+    return "" if text is None else _package_tests(text)
+
+
+#: ``node --test`` (JavaScript).
+SUITE: Final = Suite(
+    name="nodetest",
+    tools=(),
+    steps=steps,
+    parse=parse,
+    test_files=TEST_FILES,
+    oracle_text=oracle_text,
+    support=((REPORTER_FILE, REPORTER_SOURCE),),
+)

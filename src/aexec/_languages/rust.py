@@ -28,14 +28,18 @@ from ._common import (
     parse_steps,
     tool,
 )
+from ._language import Language
 
 SOURCE: Final = "main.rs"
 PROGRAM: Final = "main"
 EDITION: Final = "2021"
 
 
-def steps(request_type: LangRequestType, scratch: str, tools: Mapping[str, str] | None) -> tuple[Step, ...]:
-    """Compile and link with rustc (``build_check`` stops here), then run."""
+def steps(
+    request_type: LangRequestType, scratch: str, tools: Mapping[str, str] | None, ram_mib: int | None = None
+) -> tuple[Step, ...]:
+    """Compile and link with rustc (``build_check`` stops here), then run (a native
+    program: the memory cap is the kernel's, ``ram_mib`` sizes nothing)."""
     argv = (
         tool(tools, "rustc"),
         "--edition",
@@ -136,7 +140,7 @@ def diagnostics(stderr: str) -> list[dict[str, Any]]:
     return out
 
 
-def _compile_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
+def compile_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     found: list[LangFinding] = []
     for d in diagnostics(out.stderr):
         message = str(d.get("message", ""))
@@ -155,25 +159,25 @@ def _compile_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
 
 # "thread 'main' panicked at main.rs:3:5:\nmessage" (Rust ≥ 1.73; ≥ 1.92 adds "(tid)"),
 # or the older "thread 'main' panicked at 'message', main.rs:3:5".
-_PANIC = re.compile(
+PANIC = re.compile(
     r"^thread '(?P<thread>[^']*)'(?: \(\d+\))? panicked at "
     r"(?:(?P<file>[^\n:]+):(?P<line>\d+):\d+:\n(?P<msg>(?:(?!note: )[^\n]*\n?)*)"
     r"|'(?P<oldmsg>.*?)', (?P<oldfile>[^\n:]+):(?P<oldline>\d+):\d+$)",
     re.M,
 )
 _ALLOC = re.compile(r"^memory allocation of (?P<n>\d+) bytes failed", re.M)
-_ASSERTION = re.compile(r"^assertion (?:failed|`left [!=]= right` failed)")
+ASSERTION = re.compile(r"^assertion (?:failed|`left [!=]= right` failed)")
 
 
 def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     found: list[LangFinding] = []
-    m = _PANIC.search(out.stderr)
+    m = PANIC.search(out.stderr)
     if m:
         if m["file"] is not None:
             message, where = m["msg"].strip(), loc(m["file"], m["line"], scratch)
         else:
             message, where = m["oldmsg"], loc(m["oldfile"], m["oldline"], scratch)
-        cls: FailureClass = "assertion" if _ASSERTION.match(message) else "runtime"
+        cls: FailureClass = "assertion" if ASSERTION.match(message) else "runtime"
         exc = cap(f"panic: {message}")
         found.append(
             LangFinding(cls, where, cap(f"thread '{m['thread']}' panicked: {message}"), out.name, exc)
@@ -187,18 +191,24 @@ def _run_findings(out: StepOutput, scratch: str) -> list[LangFinding]:
     return found
 
 
-#: For a crate's suite (`cargo`): the same readings of rustc and of a panic.
-compile_findings = _compile_findings
-PANIC = _PANIC
-ASSERTION = _ASSERTION
-
-
 def _parse_step(out: StepOutput, scratch: str) -> list[LangFinding]:
     if out.name == "compile":
-        return _compile_findings(out, scratch)
+        return compile_findings(out, scratch)
     return _run_findings(out, scratch)
 
 
 def parse(outputs: tuple[StepOutput, ...], scratch: str, timeout_s: float | None = None) -> LanguageEvidence:
     """The evidence of a Rust request's steps. Same input, same output."""
     return parse_steps("rust", outputs, scratch, timeout_s, _parse_step)
+
+
+#: Rust with rustc (its suites run with Cargo: `cargo`, joined in the registry).
+LANGUAGE: Final = Language(
+    name="rust",
+    source=SOURCE,
+    tools=("rustc",),
+    steps=steps,
+    parse=parse,
+    version_argv=version_argv,
+    own_files=(PROGRAM,),
+)

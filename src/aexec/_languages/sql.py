@@ -37,6 +37,7 @@ from ._common import (
     parse_steps,
     tool,
 )
+from ._language import Census, Language
 
 SOURCE: Final = "main.sql"
 PREPARE_FILE: Final = ".aexec_prepare.sql"
@@ -113,6 +114,11 @@ def steps(
 
 def version_argv(tools: Mapping[str, str] | None) -> tuple[str, ...]:
     return (tool(tools, "sqlite3"), "--version")
+
+
+def version(line: str) -> str:
+    """``3.40.1`` of ``3.40.1 2022-12-28 14:03:47 <hash>``."""
+    return " ".join(line.split()[:1]) or line
 
 
 # ---- reading the shell ------------------------------------------------------------------
@@ -210,3 +216,17 @@ def census(text: str | None) -> tuple[tuple[str, int, str], ...]:
         if len(parts) == 3 and parts[1].isdigit() and int(parts[1]) > 0:
             out.append((parts[0], int(parts[1]), parts[2].lower()))
     return tuple(sorted(out))
+
+
+#: SQL with the sqlite3 shell, and the census of the tables a run changed.
+LANGUAGE: Final = Language(
+    name="sql",
+    source=SOURCE,
+    tools=("sqlite3",),
+    steps=steps,
+    parse=parse,
+    version_argv=version_argv,
+    support_files=support_files,
+    version=version,
+    census=Census(CENSUS_FILE, CENSUS_SCRIPT, with_census, census),
+)

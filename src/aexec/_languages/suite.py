@@ -1,10 +1,11 @@
 """Test suites in languages beyond Python (``run_suite`` with a ``repo``). Pure: no I/O.
 
-What every language's suite shares: which tools it needs beyond its snippet's, how a
-selector picks test ids, the per-test result record, and the rules of the tamper guard
-(which files are the language's tests and its runner's configuration). The steps and
-the parsers are per language: `cargo` (Rust, ``cargo test``), `nodetest` (JavaScript,
-``node --test``), `ctest` (C and C++, CMake and CTest).
+What every language's suite shares: how a selector picks test ids, the per-test result
+record, and the :class:`Suite` object each runner exports: its tools beyond its
+language's, its steps and parser, and the rules of its tamper guard (which files are the
+language's tests, and which part of a file configures the runner). The runners are
+`cargo` (Rust, ``cargo test``), `nodetest` (JavaScript, ``node --test``) and `ctest`
+(C and C++, CMake and CTest).
 
 Test ids are ``<file>::<name>`` like pytest's node ids, so a selector is a file (every
 test of it), a file and a name (that test), or a file and a name prefix that ends at a
@@ -20,26 +21,15 @@ separator (``::`` for Rust modules, `` > `` for node suites):
 from __future__ import annotations
 
 import fnmatch
-import json
 import posixpath
-import re
-from collections.abc import Sequence
-from typing import Final, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import attrs
 
-from ._common import Language, LanguageEvidence
+from ._common import LanguageEvidence, Step, StepOutput
 
 SuiteVerdict = Literal["passed", "failed", "errored", "skipped"]
-
-#: Languages whose test suites ``run_suite`` runs.
-SUITE_LANGUAGES: Final[tuple[Language, ...]] = ("rust", "javascript", "c", "cpp")
-#: Executables a suite needs beyond the snippet's `TOOLS` (looked up the same way).
-SUITE_TOOLS: Final[dict[Language, tuple[str, ...]]] = {
-    "rust": ("cargo",),
-    "c": ("cmake", "ctest"),
-    "cpp": ("cmake", "ctest"),
-}
 
 
 @attrs.frozen
@@ -79,167 +69,86 @@ def selected(test_id: str, selectors: Sequence[str] | None) -> bool:
     return selectors is None or any(matches(test_id, s) for s in selectors)
 
 
-#: Languages whose test ids are anchored to the runner's file, not to a test's source:
-#: a selector of that file names tests whose sources the file path does not say.
-ID_FILES: Final[dict[Language, str]] = {"c": "CMakeLists.txt", "cpp": "CMakeLists.txt"}
-
-
-def selects_ids(language: Language, selectors: Sequence[str] | None) -> bool:
-    """Does the selection name tests by the runner's ids (``CMakeLists.txt::add_big``)?"""
-    id_file = ID_FILES.get(language)
+def selects_ids(id_file: str | None, selectors: Sequence[str] | None) -> bool:
+    """Does the selection name tests by the runner's ids (``CMakeLists.txt::add_big``),
+    anchored to ``id_file`` (None: the runner's ids are anchored to the tests' sources)?"""
     return id_file is not None and any(split(s)[0] == id_file for s in selectors or ())
 
 
-# ---- the tamper guard: the language's tests and its runner's configuration ---------------
-
-#: Test files by language (fnmatch on the repo-relative path, and on its basename).
-TEST_FILES: Final[dict[Language, tuple[str, ...]]] = {
-    "rust": ("tests/*", "benches/*"),
-    "javascript": (
-        "test/*",
-        "*/test/*",
-        "tests/*",
-        "*/tests/*",
-        "__tests__/*",
-        "*/__tests__/*",
-        "*.test.?js",
-        "*.test.js",
-        "*-test.js",
-        "*-test.?js",
-        "*_test.js",
-        "*_test.?js",
-        "test-*.js",
-        "test-*.?js",
-        "test.js",
-        "test.?js",
-        "*.spec.js",
-        "*.spec.?js",
-    ),
-    "c": ("test/*", "tests/*", "*/test/*", "*/tests/*", "test_*.c", "*_test.c", "*_test.h"),
-    "cpp": (
-        "test/*",
-        "tests/*",
-        "*/test/*",
-        "*/tests/*",
-        "test_*.c*",
-        "*_test.c*",
-        "*_test.h*",
-        "*_unittest.c*",
-    ),
-}
-#: Files whose test part (`oracle_text`) is the runner's configuration.
-RUNNER_FILES: Final[dict[Language, tuple[str, ...]]] = {
-    "rust": ("Cargo.toml", ".cargo/config", ".cargo/config.toml"),
-    "javascript": ("package.json",),
-    "c": ("CMakeLists.txt", "CTestTestfile.cmake", "CTestCustom.cmake", "CTestConfig.cmake"),
-    "cpp": ("CMakeLists.txt", "CTestTestfile.cmake", "CTestCustom.cmake", "CTestConfig.cmake"),
-}
-
-
-def is_test_file(language: Language, path: str) -> bool:
-    """Is ``path`` (repo-relative) one of the language's test files?"""
+def is_test_file(patterns: Sequence[str], path: str) -> bool:
+    """Does ``path`` (repo-relative) match one of ``patterns`` (fnmatch on the path, and on
+    its basename)?"""
     path = posixpath.normpath(path)
     base = posixpath.basename(path)
-    return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(base, p) for p in TEST_FILES[language])
+    return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(base, p) for p in patterns)
 
 
-_CARGO_TEST_TABLE = re.compile(
-    r"^\[\[?\s*(?:test|bench|lib|bin|dev-dependencies|profile\.test|profile\.bench"
-    r"|target\.[^\]]*\.dev-dependencies)\s*\]\]?\s*$"
-)
-_TOML_TABLE = re.compile(r"^\[\[?[^\]]+\]\]?\s*(?:#.*)?$")
-_CMAKE_TEST = re.compile(
-    r"^\s*(?:add_test|enable_testing|set_tests_properties|include\s*\(\s*CTest|gtest_discover_tests"
-    r"|gtest_add_tests|set_property\s*\(\s*TEST)\b",
-    re.I,
-)
-_RUST_TEST_ATTR = re.compile(r"#\[\s*(?:cfg\s*\(\s*test\s*\)|test|should_panic[^\]]*|ignore[^\]]*)\s*\]")
+# ---- the runner's object -------------------------------------------------------------------
+
+#: ``(work, home, tests, tools)`` → the steps: the repo's view, the scratch home, the selection.
+SuiteSteps = Callable[[str, str, Sequence[str] | None, Mapping[str, str] | None], tuple[Step, ...]]
+#: ``(outputs, work, tests, timeout_s)`` → what the steps showed.
+SuiteParse = Callable[[tuple[StepOutput, ...], str, Sequence[str] | None, float | None], SuiteEvidence]
 
 
-def _cargo_tests(text: str) -> str:
-    """The tables of a Cargo.toml that configure tests: ``[[test]]``, ``[[bench]]``,
-    ``[lib]``/``[[bin]]`` (their ``test``/``harness`` keys), ``[dev-dependencies]``,
-    ``[profile.test]``/``[profile.bench]``."""
-    out: list[str] = []
-    keep = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if _TOML_TABLE.match(stripped):
-            keep = bool(_CARGO_TEST_TABLE.match(stripped.split("#", 1)[0].strip()))
-        if keep and stripped and not stripped.startswith("#"):
-            out.append(stripped)
-    return "\n".join(out)
+@attrs.frozen
+class Suite:
+    """A language's test-suite runner (``run_suite`` of a repo). Pure: no I/O.
 
+    The pipeline writes `support_files` into the repo's view, runs ``steps(work, home,
+    tests)`` in order like a snippet's, and reads them back with ``parse``. The tamper
+    guard asks `is_test_file` and `oracle_text` of each file a patch touches.
+    """
 
-def _braced(text: str, start: int) -> str:
-    """From ``start``, the item up to its matching ``}`` (or ``;`` before any ``{``)."""
-    depth = 0
-    for i in range(start, len(text)):
-        c = text[i]
-        if c == ";" and depth == 0:
-            return text[start : i + 1]
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : i + 1]
-    return text[start:]
+    #: The runner's name: ``cargo``, ``nodetest``, ``ctest``.
+    name: str
+    #: Executables it needs beyond its language's ``tools`` (looked up the same way).
+    tools: tuple[str, ...]
+    _steps: SuiteSteps
+    _parse: SuiteParse
+    #: The language's test files (fnmatch on the repo-relative path, and on its basename).
+    test_files: tuple[str, ...]
+    #: ``(path, text or None)`` → the part of the file that configures the suite; None
+    #: when the file holds none. A patch that changes it is tampering.
+    _oracle_text: Callable[[str, str | None], str | None]
+    #: aexec's own files the steps need in the repo's view: ``(name, text)``.
+    support: tuple[tuple[str, str], ...] = ()
+    #: What the steps write under the scratch home (relative; directories end in ``/``).
+    own_files: tuple[str, ...] = ()
+    #: The file its test ids are anchored to when they are the runner's, not a test
+    #: source's (CTest: ``CMakeLists.txt::add_big``); None: ids start with the test's file.
+    id_file: str | None = None
 
+    def steps(
+        self, work: str, home: str, tests: Sequence[str] | None, *, tools: Mapping[str, str] | None = None
+    ) -> tuple[Step, ...]:
+        """The steps that run ``tests`` (None: the whole suite; empty: none) of the project in
+        ``work``; caches and build trees go under ``home`` (the scratch home)."""
+        return self._steps(work, home, tests, tools)
 
-def _rust_tests(text: str) -> str:
-    """The test items of a Rust source: each ``#[cfg(test)]`` / ``#[test]`` item whole
-    (by brace matching, which a brace inside a string literal can shift the same way on
-    both sides of a patch)."""
-    out: list[str] = []
-    end = 0
-    for m in _RUST_TEST_ATTR.finditer(text):
-        if m.start() < end:
-            continue  # inside an item already taken
-        item = _braced(text, m.start())
-        end = m.start() + len(item)
-        out.append(item)
-    return "\n".join(out)
+    def parse(
+        self,
+        outputs: Sequence[StepOutput],
+        work: str,
+        tests: Sequence[str] | None,
+        *,
+        timeout_s: float | None = None,
+    ) -> SuiteEvidence:
+        """The per-test verdicts (of the selection) and findings of the steps. Same input, same output."""
+        return self._parse(tuple(outputs), work, tests, timeout_s)
 
+    def support_files(self) -> dict[str, str]:
+        return dict(self.support)
 
-def _package_tests(text: str) -> str:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text  # not JSON: the whole file, so any change counts
-    if not isinstance(data, dict):
-        return text
-    scripts = data.get("scripts")
-    if not isinstance(scripts, dict):
-        scripts = {}
-    picked = {
-        k: v for k, v in scripts.items() if str(k).removeprefix("pre").removeprefix("post").startswith("test")
-    }
-    conf = {k: data[k] for k in ("test", "tests", "node-test", "mocha", "jest", "ava") if k in data}
-    return json.dumps([picked, conf], sort_keys=True)
+    def is_test_file(self, path: str) -> bool:
+        """Is ``path`` (repo-relative) one of the language's test files?"""
+        return is_test_file(self.test_files, path)
 
+    def oracle_text(self, path: str, text: str | None) -> str | None:
+        """The part of ``path`` that configures the suite, from its ``text`` (None: absent);
+        None when ``path`` holds no such part."""
+        return self._oracle_text(posixpath.normpath(path), text)
 
-def oracle_text(language: Language, path: str, text: str | None) -> str | None:
-    """The part of ``path`` that configures the suite, from its ``text`` (None: absent);
-    None when ``path`` holds no such part. A patch that changes it is tampering."""
-    path = posixpath.normpath(path)
-    base = posixpath.basename(path)
-    if language == "rust":
-        if path in (".cargo/config", ".cargo/config.toml"):
-            return text or ""
-        if base == "Cargo.toml":
-            return _cargo_tests(text or "")
-        if path.endswith(".rs") and not is_test_file(language, path):
-            return _rust_tests(text or "")
-        return None
-    if language == "javascript":
-        return (
-            _package_tests(text)
-            if base == "package.json" and text is not None
-            else ("" if base == "package.json" else None)
-        )
-    if base == "CMakeLists.txt" or base.endswith(".cmake"):
-        if base in ("CTestTestfile.cmake", "CTestCustom.cmake", "CTestConfig.cmake"):
-            return text or ""
-        return "\n".join(ln.strip() for ln in (text or "").splitlines() if _CMAKE_TEST.match(ln))
-    return None
+    def selects_ids(self, selectors: Sequence[str] | None) -> bool:
+        """Does the selection name tests by the runner's ids (``CMakeLists.txt::add_big``)?"""
+        return selects_ids(self.id_file, selectors)

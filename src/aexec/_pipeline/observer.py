@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import anyio
+import attrs
 
 from .._boundary.isolation import Isolation, detect_isolation
 from .._boundary.leftovers import default_registry, register, sweep_cgroups, sweep_leftovers
@@ -21,15 +22,33 @@ from .._boundary.supervise import LocalSupervisor, Supervisor
 from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, ExecutionObservation
-from .._stages.classify import Classification, Runner
 from .._stages.plan import Scratch
+from .._version import VERSION
 from .cache import in_thread
+from .request import Checked, validate_all
 from .run import remove_scratches
 from .session import WAITING_RUNS_PER_CORE, Session, selections
 from .warm import Warm
 from .witness import observe_one, unobservable
 
 log = get_logger(__name__)
+
+
+class Executor(Protocol):
+    """Somewhere else to run ``observe_many`` (e.g. `aexec.RayExecutor`), same records out.
+
+    It checks the candidates itself (each raises `RequestError` naming its index, before
+    anything runs), as ``observe_many`` does.
+    """
+
+    async def observe_many(
+        self,
+        candidates: Iterable[Candidate],
+        *,
+        limit: int | None = None,
+        cache_dir: str | None = None,
+        on_observation: Callable[[int, ExecutionObservation], None] | None = None,
+    ) -> list[ExecutionObservation]: ...
 
 
 class Observer:
@@ -40,7 +59,11 @@ class Observer:
     """
 
     def __init__(
-        self, options: Options | None = None, *, supervisor: Supervisor | None = None, version: str
+        self,
+        options: Options | None = None,
+        *,
+        supervisor: Supervisor | None = None,
+        version: str = VERSION,
     ) -> None:
         self.options = options if options is not None else Options()
         self.supervisor: Supervisor = supervisor if supervisor is not None else LocalSupervisor()
@@ -82,20 +105,37 @@ class Observer:
             self._isolation = found
         return self._isolation
 
-    async def observe_checked(
+    async def observe_many(
         self,
-        items: list[Candidate],
-        checked: Sequence[tuple[Classification, Runner]],
+        candidates: Iterable[Candidate],
         *,
-        options: Options | None = None,
+        limit: int | None = None,
+        cache_dir: str | None = None,
         on_observation: Callable[[int, ExecutionObservation], None] | None = None,
+        executor: Executor | None = None,
+        options: Options | None = None,
     ) -> list[ExecutionObservation]:
-        """Observe candidates already checked (``aexec.observe_many`` does that), in input
-        order, under the call's ``options`` (default: the observer's own; their ``limit``,
-        ``cache_dir`` and ``ablate`` are the call's, the rest the observer's).
+        """Observe ``candidates`` concurrently; the results are in input order.
 
-        ``items`` is the call's own list: each entry is set to None once it is taken."""
-        opts = self.options if options is None else options
+        Every candidate is checked (`validate`) before anything runs; a malformed one
+        raises `RequestError` naming its index. ``options`` are the call's (default: the
+        observer's own): their ``limit``, ``cache_dir`` and ``ablate`` are the call's, the
+        rest the observer's; ``limit`` and ``cache_dir`` here override theirs. With an
+        ``executor``, the candidates are observed there instead (it checks them itself).
+        ``aexec.observe_many`` documents the rest: it is this method on a shared observer.
+        """
+        base = self.options if options is None else options
+        opts = attrs.evolve(
+            base,
+            limit=limit if limit is not None else base.limit,
+            cache_dir=cache_dir if cache_dir is not None else base.cache_dir,
+        )
+        if executor is not None:
+            return await executor.observe_many(
+                candidates, limit=opts.limit, cache_dir=opts.cache_dir, on_observation=on_observation
+            )
+        # Each entry is let go (set to None) once it is taken.
+        items: list[Checked | None] = list(validate_all(candidates))
         cores = os.cpu_count() or 1
         slots = opts.limit if opts.limit is not None else WAITING_RUNS_PER_CORE * cores
         scratch_base = opts.scratch_dir or tempfile.gettempdir()
@@ -108,7 +148,7 @@ class Observer:
             self.supervisor,
             limit=slots,
             cpu_slots=cores,
-            selections=selections(c for c, (_, r) in zip(items, checked, strict=True) if r == "pytest"),
+            selections=selections(c.candidate for c in items if c is not None and c.runner == "pytest"),
         )
         results: list[ExecutionObservation | None] = [None] * len(items)
         send, receive = anyio.create_memory_object_stream[int](max_buffer_size=len(items) or 1)
@@ -122,16 +162,17 @@ class Observer:
             leftover: list[Scratch] = []
             try:
                 async for i in receive:
-                    candidate, (classification, runner) = items[i], checked[i]
+                    checked = items[i]
+                    assert checked is not None  # each index is taken once
                     # Observed candidates are let go as they are done: a call of 100,000
                     # holds each only until its observation is made (issue 20, goal 4).
-                    cast("list[Candidate | None]", items)[i] = None
+                    items[i] = None
                     try:
-                        job = await session.job(i, candidate, classification, runner)
+                        job = await session.job(i, checked)
                         obs = await observe_one(session, job, leftover)
                     except Exception as e:
-                        obs = unobservable(candidate, classification, e, self.version)
-                        log.error("observation_failed", candidate=candidate.id, error=obs.error)
+                        obs = unobservable(checked.candidate, checked.classification, e, self.version)
+                        log.error("observation_failed", candidate=checked.candidate.id, error=obs.error)
                     results[i] = obs
                     try:
                         if on_observation is not None:

@@ -75,18 +75,17 @@ def _reset(repo: str, work: str, paths: list[str]) -> None:
 
 def _config_changed(repo: str, work: str, language: str = "python", touched: list[str] | None = None) -> bool:
     """Did the patch change the runner's configuration: pytest's, or for a language's
-    suite the test part (`aexec._languages.oracle_text`) of a file it touched?"""
+    suite the test part (`aexec._languages.Suite.oracle_text`) of a file it touched?"""
     if language == "python":
         return any(pytest_config(repo, n) != pytest_config(work, n) for n in PYTEST_CONFIGS)
-    lang: langs.Language = language  # type: ignore[assignment]
+    suite = langs.language(language).runner()
 
     def text(path: str) -> str | None:
         data = read_regular(path)
         return None if data is None else data.decode("utf-8", "replace")
 
     return any(
-        langs.oracle_text(lang, p, text(os.path.join(repo, p)))
-        != langs.oracle_text(lang, p, text(os.path.join(work, p)))
+        suite.oracle_text(p, text(os.path.join(repo, p))) != suite.oracle_text(p, text(os.path.join(work, p)))
         for p in touched or ()
     )
 
@@ -98,16 +97,7 @@ def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
 def _write_sources(scratch: Scratch, job: Job) -> dict[str, str]:
     """A language's source file and support files, written into the run's ``work`` dir."""
     c = job.candidate
-    assert c.language != "python"
-    lang: langs.Language = c.language
-    if c.request_type == "run_suite":  # the repo is the source: only aexec's own files
-        files = langs.suite_support_files(lang)
-    else:
-        assert c.code is not None
-        files = {
-            langs.source_name(lang): c.code,
-            **langs.pipeline_support_files(lang, c.request_type, c.code),
-        }
+    files = langs.language(c.language).files(c.request_type, c.code)  # run_suite: aexec's own only
     for name, text in files.items():
         with open(os.path.join(scratch.work, name), "w", encoding="utf-8") as f:
             f.write(text)
@@ -118,11 +108,11 @@ def own_files(job: Job, written: dict[str, str]) -> tuple[str, ...]:
     """Paths (relative to the scratch root) that are aexec's, never a change of the run."""
     if job.candidate.language == "python":
         return ()
-    lang: langs.Language = job.candidate.language
+    lang = langs.language(job.candidate.language)
     if job.candidate.request_type == "run_suite":
         own = (*written, langs.OWN_PREFIX + "*")
-        return (*(f"work/{n}" for n in own), *(f"home/{n}" for n in langs.suite_own_files(lang)))
-    names = [*written, *langs.own_files(lang), langs.OWN_PREFIX + "*"]
+        return (*(f"work/{n}" for n in own), *(f"home/{n}" for n in lang.runner().own_files))
+    names = [*written, *lang.own_files, langs.OWN_PREFIX + "*"]
     return tuple(f"work/{n}" for n in names)
 
 

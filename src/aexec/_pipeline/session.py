@@ -31,12 +31,13 @@ from .._records import Candidate, Environment, ExecutionObservation
 from .._stages import grade
 from .._stages.classify import Classification, Runner
 from .._stages.judge import Outcome, Patches
-from .._stages.keys import artifact_version, cache_key
-from .._stages.plan import PYTEST_ARGS, SYSTEM_PATHS, view_readonly
+from .._stages.keys import artifact_version, bytecode_key, observation_key
+from .._stages.plan import SYSTEM_PATHS, view_readonly
 from .._stages.policy import declare
 from .._types import TestVerdict
 from .cache import DiskCache, Inflight, Memo, in_thread
-from .toolchain import LangToolchain, Toolchain, resolve_python
+from .request import Checked
+from .toolchain import LangToolchain, Toolchain
 from .warm import Warm
 
 log = get_logger(__name__)
@@ -164,12 +165,11 @@ class Session:
         found, _ = await self.repo_hashes.run(repo, lambda: in_thread(hash_tree, repo))
         return found
 
-    async def job(
-        self, index: int, candidate: Candidate, classification: Classification, runner: Runner
-    ) -> Job:
-        """Resolve, probe, declare and key one candidate (no run yet)."""
-        candidate = attrs.evolve(candidate, tests=grade.selection(candidate))
-        python = resolve_python(candidate.python)
+    async def job(self, index: int, checked: Checked) -> Job:
+        """Probe, declare and key one candidate `validate` checked (no run yet); read what
+        its patches touch."""
+        candidate, classification, runner = checked.candidate, checked.classification, checked.runner
+        python = checked.python
         tool = await self.warm.toolchains.get(python, self.toolchains, self.cache)
         lang = None
         if candidate.language != "python":
@@ -191,30 +191,14 @@ class Session:
         # One record per distinct environment: every observation holds its own otherwise
         # (~0.6 KiB each, most of what 100,000 observations of one call keep in memory).
         env, declared = self._environments.setdefault(json.dumps(declared, sort_keys=True), (env, declared))
-        command: dict[str, Any] = {
-            "runner": runner,
-            "tests": candidate.tests,
-            "pytest_args": list(PYTEST_ARGS),
-            "pytest_plugins": candidate.pytest_plugins,
-        }
-        toolchain = tool.fingerprint
-        if lang is not None:
-            command = {
-                "runner": runner,
-                "language": candidate.language,
-                "request_type": candidate.request_type,
-            }
-            if candidate.request_type == "run_suite":
-                command["tests"] = candidate.tests
-            toolchain = f"{tool.fingerprint}:{lang.fingerprint}"
-        if grade.expects(candidate) or candidate.test_patch is not None:
-            command["grading"] = [candidate.test_patch, candidate.fail_to_pass, candidate.pass_to_pass]
-        key = cache_key(
+        key = observation_key(
+            candidate,
+            runner,
             aexec=self.version,
             code=version,
             environment=declared,
-            command=command,
-            toolchain=toolchain,
+            toolchain=tool.fingerprint,
+            language_toolchain=None if lang is None else lang.fingerprint,
         )
         patches, modules = Patches(), frozenset[str]()
         if candidate.patch is not None or candidate.test_patch is not None or runner == "pytest":
@@ -249,10 +233,9 @@ class Session:
         if not self.options.bytecode:
             return None
         tests = self.selections.get(repo, ())
-        key = cache_key(
-            role="bytecode",
+        key = bytecode_key(
             aexec=self.version,
-            repo=await self.repo_hash(repo),
+            repo_hash=await self.repo_hash(repo),
             python=tool.path,
             toolchain=tool.fingerprint,
             tests=tests,

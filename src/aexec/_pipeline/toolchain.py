@@ -9,7 +9,6 @@ they change.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ import anyio
 import attrs
 
 from .._errors import RequestError
-from .._stages.keys import cache_key
+from .._stages.keys import lang_fingerprint, toolchain_key
 from .cache import DiskCache, Inflight, in_thread
 
 #: How long asking an interpreter for its version and packages may take.
@@ -126,7 +125,7 @@ class Toolchains:
             os.stat(python)
         except OSError as e:
             raise RequestError(f"python: {python!r} does not exist") from e
-        disk_key = cache_key(role="toolchain", python=python, aexec=self._version)
+        disk_key = toolchain_key(python, aexec=self._version)
 
         async def probe() -> Toolchain:
             known = self._known.get(python)
@@ -158,7 +157,7 @@ class LangToolchain:
     """A language's toolchain: its executables resolved, its version, what it reads."""
 
     language: str
-    #: ``(name, absolute path)`` of each of ``aexec._languages.TOOLS[language]``.
+    #: ``(name, absolute path)`` of each of the language's ``tools`` (`aexec._languages.Language`).
     tools: tuple[tuple[str, str], ...]
     version: str
     #: SHA-256 of the version output and the resolved executables (path, size, mtime).
@@ -208,12 +207,12 @@ async def probe_language(language: str) -> LangToolchain:
     """
     from .. import _languages as langs
 
-    lang: langs.Language = language  # type: ignore[assignment]
+    lang = langs.language(language)
     where = os.pathsep.join(search_path())
     tools: dict[str, str] = {}
     paths: list[str] = []
-    required = langs.TOOLS[lang]
-    for name in (*required, *langs.SUITE_TOOLS.get(lang, ())):
+    required = lang.tools
+    for name in (*required, *(lang.suite.tools if lang.suite else ())):
         if name == "cargo" and "rustc" in tools:  # the toolchain's own, beside its rustc
             where_cargo = os.path.join(os.path.dirname(tools["rustc"]), "cargo")
             if await in_thread(_which, where_cargo, "") is not None:
@@ -237,17 +236,16 @@ async def probe_language(language: str) -> LangToolchain:
             found = real = own
         tools[name] = found
         paths.append(_prefix(real))
-    rc, out, err = await _run(list(langs.version_argv(lang, tools=tools)))
-    version = langs.parse_version(lang, out, err)
+    rc, out, err = await _run(list(lang.version_argv(tools=tools)))
+    version = lang.parse_version(out, err)
     if rc != 0 or not version:
         raise RequestError(f"language {language!r}: the version probe failed ({(err or out).strip()[:200]})")
     stamps = await in_thread(stamp, tools.values())
-    h = hashlib.sha256(json.dumps([language, version, sorted(tools.items()), stamps]).encode())
     return LangToolchain(
         language,
         tuple(sorted(tools.items())),
         version,
-        h.hexdigest(),
+        lang_fingerprint(language, version, tools, stamps),
         tuple(sorted(set(paths))),
         stamps,
     )

@@ -8,7 +8,6 @@ knows a session (the in-flight starts of one call are passed in, `Warm.server`).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -17,11 +16,12 @@ import threading
 import anyio
 
 from .._boundary import DRIVER
-from .._boundary.forkserver import ForkServer, ServerGone
+from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
 from .._boundary.leftovers import default_registry
 from .._boundary.scratch import SCRATCH_PREFIX, make_etc
 from .._log import get_logger
 from .._options import Options
+from .._stages.keys import server_key
 from .._stages.plan import Scratch, candidate_env
 from .cache import Inflight
 from .toolchain import LangToolchains, Toolchain, Toolchains
@@ -43,6 +43,7 @@ class Warm:
         #: The runs' cut /etc (`etc_dir`).
         self._etc_dir: str | None = None
         self._etc_lock = threading.Lock()
+        self._server_envs: dict[tuple[str, bool], dict[str, str]] = {}
 
     async def aclose(self) -> None:
         """Stop the fork servers (runs they started die with them), remove the bytecode store."""
@@ -91,7 +92,8 @@ class Warm:
         """
         if not self.options.forkserver:
             return None
-        key = json.dumps([tool.path, tool.fingerprint, mode, autoload, threading.get_ident()])
+        env = self._server_env(tool.path, autoload)
+        key = server_key(tool.path, tool.fingerprint, mode, env, threading.get_ident(), per_run=PER_RUN_ENV)
         running = self._servers.get(key)
         if running is not None and running.alive:
             return running
@@ -113,3 +115,15 @@ class Warm:
 
         server, _ = await starts.run(key, start)
         return server if server is not None and server.alive else None
+
+    def _server_env(self, python: str, autoload: bool) -> dict[str, str]:
+        """A server's start-up environment: a run's (`candidate_env`), made once per
+        interpreter and plugin loading, with placeholder ``HOME``/``TMPDIR`` (each forked
+        run gets its own, `PER_RUN_ENV`)."""
+        env = self._server_envs.get((python, autoload))
+        if env is None:
+            placeholder = Scratch(os.path.join(tempfile.gettempdir(), "aexec-server"))
+            env = self._server_envs[(python, autoload)] = candidate_env(
+                placeholder, python, autoload=autoload
+            )
+        return env

@@ -18,7 +18,7 @@ from .._stages import judge
 from .._stages.assemble import graded, unobserved
 from .._stages.classify import Classification
 from .._stages.judge import Need, Outcome, Results
-from .._stages.keys import artifact_version, cache_key
+from .._stages.keys import before_key, unpatched_key
 from .._stages.plan import Scratch
 from .run import run
 from .session import Job, Session
@@ -112,25 +112,16 @@ def _log_first(job: Job, out: Outcome) -> None:
         blog.info("executed", exit_code=ev.exit_code, timed_out=ev.timed_out, duration=round(ev.duration, 3))
 
 
-def _oracle(job: Job) -> dict[str, str]:
-    """The oracle's part of a before-run's key (nothing without one: keys unchanged)."""
-    return {} if job.candidate.test_patch is None else {"test_patch": job.candidate.test_patch}
-
-
 async def _before(session: Session, job: Job, leftover: list[Scratch]) -> Outcome:
     """Per-test verdicts of the selection on the unpatched repo (cached, shared); with a
     ``test_patch``, on the unpatched repo with the oracle applied (SWE-bench's before).
     A refused oracle is shared within the call, never stored."""
-    key = cache_key(
+    key = before_key(
+        job.candidate,
         aexec=session.version,
-        role="before",
-        code=artifact_version(job.repo_hash, None, None, None),
+        repo_hash=job.repo_hash,
         environment=job.declared,
-        tests=job.candidate.tests,
         toolchain=job.tool.fingerprint,
-        **_oracle(job),
-        plugins=job.candidate.pytest_plugins,
-        **({"command": job.candidate.command} if job.candidate.command else {}),
     )
 
     async def compute() -> Outcome:
@@ -146,17 +137,13 @@ async def _before(session: Session, job: Job, leftover: list[Scratch]) -> Outcom
 async def _unpatched(session: Session, job: Job, leftover: list[Scratch]) -> Outcome:
     """The job's selection on its repo as it is, run once per call (§3.6): the before-run
     of every patched candidate and the first run of an unpatched one share it."""
-    c = job.candidate
-    key = cache_key(
+    key = unpatched_key(
+        job.candidate,
+        job.runner,
         aexec=session.version,
-        role="unpatched",
-        code=artifact_version(job.repo_hash, None, c.code, c.command),
+        repo_hash=job.repo_hash,
         environment=job.declared,
-        tests=c.tests,
-        runner=job.runner,
         toolchain=job.tool.fingerprint,
-        **_oracle(job),
-        plugins=c.pytest_plugins,
     )
 
     async def compute() -> Outcome:

@@ -70,7 +70,7 @@ def touches_suite_oracle(
     """The diff-scope check of a suite in a language beyond Python (docs/languages.md,
     "Test suites"): does a patch touch one of the language's test files that the
     selection runs (every one when the whole suite runs), or change the test part of the
-    runner's configuration (``config_changed``: `aexec._languages.oracle_text` of a
+    runner's configuration (``config_changed``: `aexec._languages.Suite.oracle_text` of a
     touched file differs before and after the patch)?
 
     A selection by the runner's ids (C/C++: ``CMakeLists.txt::<ctest name>``) runs the
@@ -78,14 +78,16 @@ def touches_suite_oracle(
     are not known (None)."""
     if config_changed:
         return True
-    lang: langs.Language = language  # type: ignore[assignment]
+    suite = langs.language(language).suite
+    if suite is None:  # a snippet's language: no test files, no runner to configure
+        return False
     whole_suite = selectors is None
     chosen = list(selectors or ())
     targets = [langs.split(s)[0] for s in chosen]
-    by_id = langs.selects_ids(lang, chosen)
+    by_id = suite.selects_ids(chosen)
     built_from = None if test_sources is None else set(test_sources)
     for path in map(posixpath.normpath, paths):
-        if not langs.is_test_file(lang, path):
+        if not suite.is_test_file(path):
             continue
         if whole_suite or any(t == "." or path == t or path.startswith(t + "/") for t in targets):
             return True

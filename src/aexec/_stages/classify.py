@@ -17,7 +17,7 @@ from .._records import Candidate
 from .._types import ArtifactShape, Mode, RequestType
 from .._wire import Runner
 
-__all__ = ["Classification", "Runner", "check", "classify", "plan", "pytest_command"]
+__all__ = ["Classification", "Runner", "classify", "plan", "pytest_command", "route"]
 
 #: A bare interpreter name, resolved on the run's PATH (the declared interpreter's first).
 _PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")
@@ -103,7 +103,7 @@ def check_language(candidate: Candidate) -> None:
     if lang == "python":
         return
     if candidate.request_type == "run_suite" and candidate.repo is not None:
-        if lang not in langs.SUITE_LANGUAGES:
+        if langs.language(lang).suite is None:
             raise RequestError(
                 f"language {lang!r}: run_suite runs {', '.join(langs.SUITE_LANGUAGES)} suites, not {lang}"
             )
@@ -126,8 +126,9 @@ def check_language(candidate: Candidate) -> None:
             raise RequestError(f"language {lang!r}: `{name}` is for Python requests only")
 
 
-def check(candidate: Candidate) -> tuple[Classification, Runner]:
-    """Classify and plan ``candidate``, checking the fields its runner needs (no I/O)."""
+def route(candidate: Candidate) -> tuple[Classification, Runner]:
+    """Where ``candidate`` goes: its classification and its runner, checking the fields
+    that runner needs (no I/O)."""
     c = classify(candidate.request_type, candidate.artifact_shape, str(candidate.id or ""))
     check_language(candidate)
     runner = "steps" if candidate.language != "python" else plan(candidate, c.mode)

@@ -357,21 +357,20 @@ def parse_language(
     request_type: str = "run_entry",
     tests: tuple[str, ...] | None = None,
 ) -> Evidence:
-    """The evidence of a language's steps (``aexec._languages.parse``; for ``run_suite``,
-    ``parse_suite``: the selection's per-test verdicts too). Same input, same output."""
-    lang: langs.Language = language  # type: ignore[assignment]
+    """The evidence of a language's steps (`aexec._languages.Language.parse`; for
+    ``run_suite``, its suite's: the selection's per-test verdicts too). Same input, same output."""
+    lang = langs.language(language)
     outs = step_outputs(raw)
     parsed: tuple[ParsedTest, ...] = ()
     sources: tuple[str, ...] | None = None
     suite = request_type == "run_suite"
     if suite:
-        found = langs.parse_suite(lang, outs, cwd, tests, timeout_s=timeout_s)
+        found = lang.runner().parse(outs, cwd, tests, timeout_s=timeout_s)
         ev, parsed = found.evidence, tuple(ParsedTest(n, v) for n, v in found.tests)
         sources = found.sources
     else:
-        ev = langs.parse(lang, outs, cwd, timeout_s=timeout_s)
-    run = next((o for o in outs if o.name == "run" and not o.failed), None)
-    tables = langs.census(run.diagnostics) if language == "sql" and run is not None else ()
+        ev = lang.parse(outs, cwd, timeout_s=timeout_s)
+    tables = lang.tables(next((o for o in outs if o.name == "run" and not o.failed), None))
     box_failed = raw.exit_code == BOX_FAILED and not any(r["kind"] == "main" for r in raw.records)
     last = outs[-1] if outs else None
     # An empty selection plans no step at all for node: nothing ran, and that is known.

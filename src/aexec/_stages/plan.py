@@ -118,7 +118,7 @@ class Plan:
         return dict(self.env)
 
 
-def selection(tests: Sequence[str] | None) -> list[str]:
+def selection_args(tests: Sequence[str] | None) -> list[str]:
     """pytest's arguments for a selection: all of the suite, these selectors, or nothing."""
     if tests is None:
         return []
@@ -181,7 +181,7 @@ def pytest_args(facts: RunFacts) -> list[str]:
     """What pytest is asked: aexec's fixed options, then the request's selection — or, for
     a ``command`` that runs pytest (`pytest_command` chose the pytest runner), its own
     pytest arguments."""
-    chosen = selection(facts.tests)
+    chosen = selection_args(facts.tests)
     if facts.runner == "pytest" and facts.argv:
         chosen = list(facts.argv[1:] if facts.argv[0] in ("pytest", "py.test") else facts.argv[3:])
     cache = f"cache_dir={os.path.join(facts.scratch.tmp, 'pytest-cache')}"
@@ -227,11 +227,6 @@ def view_readonly(
     return bound, hidden
 
 
-#: Languages whose runtimes reserve far more address space than they use (the JVM's
-#: class space and code cache, V8's code range): under the RLIMIT_AS fallback (no memory
-#: cgroup) it is lifted for their program too. Every build step (a compiler: rustc maps
-#: LLVM, javac is a JVM) gets it lifted.
-ADDRESS_SPACE_HUNGRY = frozenset({"java", "javascript"})
 #: Without the memory cgroup, a lifted RLIMIT_AS is this backstop (javac asks ~4 GiB);
 #: the heap flags sized from the RAM cap (``-Xmx``, ``--max-old-space-size``) bound a
 #: JVM's or V8's heap.
@@ -247,11 +242,13 @@ def lang_steps(
     cgroup's cap (RAM + disk, the whole tree) holds the line. Without it, a build step
     and a JVM's or V8's program get RLIMIT_AS lifted to `HUNGRY_ADDRESS_SPACE_BYTES`; a
     native program keeps the declared cap. The child keeps the highest limit any step
-    needs; a step lowers its own from there.
+    needs; a step lowers its own from there. A language whose runtime reserves far more
+    address space than it uses (`aexec._languages.Language.reserves_address_space`: the
+    JVM, V8) has it lifted for its program too; every build step (a compiler: rustc maps
+    LLVM, javac is a JVM) gets it lifted.
     """
-    language: langs.Language = facts.language  # type: ignore[assignment]
-    planned = langs.pipeline_steps(
-        language,
+    language = langs.language(facts.language)
+    planned = language.plan(
         facts.request_type,
         facts.scratch.work,
         tools=dict(facts.lang_tools),
@@ -261,7 +258,7 @@ def lang_steps(
     )
     # A suite's runner (cargo, node --test, ctest) starts compilers, test binaries and
     # runtimes alike: every step is a build tool's, the memory cgroup holds the line.
-    hungry = language in ADDRESS_SPACE_HUNGRY or facts.request_type == "run_suite"
+    hungry = language.reserves_address_space or facts.request_type == "run_suite"
     lifted = None if address_space is None else max(address_space, HUNGRY_ADDRESS_SPACE_BYTES)
     child = lifted if planned else address_space
     out: list[StepSpec] = []

@@ -6,7 +6,7 @@
 
 Each case of ``cases.py`` is run exactly as the pipeline would: the source and the
 support files are written into a fresh scratch directory, the steps of
-``aexec._languages.steps`` run in order (plain subprocesses, each in its own process
+``aexec._languages.Language.steps`` run in order (plain subprocesses, each in its own process
 group, stopping after the first that fails), and every step's raw output — exit code,
 signal, whether the deadline hit, stdout, stderr and its evidence file — is stored as
 ``<language>/<name>.json`` beside the expected class and location. Resource cases run
@@ -36,26 +36,17 @@ sys.path.insert(0, str(HERE.parents[2] / "src"))
 
 from cases import CASES  # type: ignore[import-not-found]  # noqa: E402
 
-from aexec._languages import (  # noqa: E402
-    TOOLS,
-    StepOutput,
-    parse,
-    parse_version,
-    source_name,
-    steps,
-    support_files,
-    version_argv,
-)
+from aexec._languages import StepOutput, language  # noqa: E402
 from aexec._types import STREAM_CAP_BYTES  # noqa: E402
 
 EXTRA_PATH = ("/root/.cargo/bin", str(Path.home() / ".cargo" / "bin"))
 
 
-def resolve_tools(language: str) -> dict[str, str] | None:
-    """Each executable of ``language`` by its path, or ``None`` when one is missing."""
+def resolve_tools(lang: str) -> dict[str, str] | None:
+    """Each executable of ``lang`` by its path, or ``None`` when one is missing."""
     found: dict[str, str] = {}
     search = os.pathsep.join([os.environ.get("PATH", ""), *EXTRA_PATH])
-    for name in TOOLS[language]:  # type: ignore[index]
+    for name in language(lang).tools:
         path = shutil.which(name, path=search)
         if path is None:
             return None
@@ -100,24 +91,21 @@ def _run(
     }
 
 
-def toolchain_version(language: str, tools: dict[str, str]) -> str:
-    argv = list(version_argv(language, tools=tools))  # type: ignore[arg-type]
+def toolchain_version(lang: str, tools: dict[str, str]) -> str:
+    argv = list(language(lang).version_argv(tools=tools))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    return parse_version(language, done.stdout, done.stderr)  # type: ignore[arg-type]
+    return language(lang).parse_version(done.stdout, done.stderr)
 
 
 def run_case(case: dict[str, Any], tools: dict[str, str]) -> dict[str, Any]:
     """Run one case for real; the fixture record (without the expectation fields' check)."""
-    language = case["language"]
-    scratch = tempfile.mkdtemp(prefix=f"aexec-lang-{language}-")
+    lang = language(case["language"])
+    scratch = tempfile.mkdtemp(prefix=f"aexec-lang-{lang.name}-")
     try:
-        files = {
-            source_name(language): case["code"],
-            **support_files(language, case["request_type"], case["code"]),
-        }
+        files = {lang.source: case["code"], **lang.support_files(case["request_type"], case["code"])}
         for name, text in files.items():
             Path(scratch, name).write_text(text)
-        plan = steps(language, case["request_type"], scratch, tools=tools, ram_mib=case["ram_mib"])
+        plan = lang.steps(case["request_type"], scratch, tools=tools, ram_mib=case["ram_mib"])
         deadline = time.monotonic() + case["timeout_s"]
         outputs: list[dict[str, Any]] = []
         for step in plan:
@@ -156,7 +144,8 @@ def step_outputs(record: dict[str, Any]) -> tuple[StepOutput, ...]:
 
 def verdict(record: dict[str, Any]) -> tuple[str | None, str]:
     """The class and location the parsers read from a record's raw steps."""
-    ev = parse(record["language"], step_outputs(record), record["scratch"], timeout_s=record["timeout_s"])
+    lang = language(record["language"])
+    ev = lang.parse(step_outputs(record), record["scratch"], timeout_s=record["timeout_s"])
     primary = ev.primary
     return (primary.failure_class, primary.location) if primary else (None, "")
 
@@ -167,27 +156,27 @@ def main(argv: list[str]) -> int:
     bad = 0
     versions: dict[str, str | None] = {}
     for case in CASES:
-        language = case["language"]
-        if wanted and language not in wanted and f"{language}/{case['name']}" not in wanted:
+        name = case["language"]
+        if wanted and name not in wanted and f"{name}/{case['name']}" not in wanted:
             continue
-        tools = resolve_tools(language)
+        tools = resolve_tools(name)
         if tools is None:
-            print(f"SKIP {language}/{case['name']}: toolchain {TOOLS[language]} not found")
+            print(f"SKIP {name}/{case['name']}: toolchain {language(name).tools} not found")
             continue
-        if language not in versions:
-            versions[language] = toolchain_version(language, tools)
-        record = {**run_case(case, tools), "toolchain": versions[language]}
+        if name not in versions:
+            versions[name] = toolchain_version(name, tools)
+        record = {**run_case(case, tools), "toolchain": versions[name]}
         got = verdict(record)
         want = (case["expected_class"], case["expected_location"])
         ok = got == want
         bad += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {language}/{case['name']}: got {got}, expected {want}")
+        print(f"{'ok  ' if ok else 'FAIL'} {name}/{case['name']}: got {got}, expected {want}")
         if not ok:
             for s in record["steps"]:
                 print(f"   step {s['name']} rc={s['exit_code']} sig={s['signal']} to={s['timed_out']}")
                 print("   " + s["stderr"][-1500:].replace("\n", "\n   "))
         if not check:
-            dest = HERE / language / f"{case['name']}.json"
+            dest = HERE / name / f"{case['name']}.json"
             dest.parent.mkdir(exist_ok=True)
             dest.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return 1 if bad else 0
