@@ -5,7 +5,9 @@ in its observation, never raised::
 
     AexecError
     ├── RequestError      a request that cannot be observed as written (names the field)
-    └── ProbeCallError    the one probe call (spec §4) failed: transport, HTTP status, body
+    ├── ProbeCallError    the one probe call (spec §4) failed: transport, HTTP status, body
+    └── PatchError        a patch cannot be read or applied (data in the observation, but
+                          raised when one that applied a moment ago no longer does)
 """
 
 from __future__ import annotations
@@ -24,3 +26,9 @@ class ProbeCallError(AexecError):
 
     `discriminate` never raises it: a failed call means "no probe", never a second call.
     """
+
+
+class PatchError(AexecError):
+    """The patch cannot be applied; the message says why. Becomes a failure observation
+    (the pipeline carries it as data); raised only when a patch that applied a moment
+    ago no longer does (the host changed under aexec)."""

@@ -169,5 +169,5 @@ def scripted_observer(supervisor: ScriptedSupervisor, options: Options | None = 
     )
     observer = Observer(opts, supervisor=supervisor, version=VERSION)
     tool = _running_toolchain()
-    observer.toolchains._known[tool.path] = tool
+    observer.warm.toolchains._known[tool.path] = tool
     return observer

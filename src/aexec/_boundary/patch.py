@@ -7,13 +7,10 @@ import os
 import subprocess
 import tempfile
 
-import anyio
-
+from .._errors import PatchError
 from .._stages.plan import Scratch
 
-
-class PatchError(Exception):
-    """The patch cannot be applied; the message says why. Becomes a failure observation."""
+__all__ = ["PatchError", "apply_patch", "patch_paths"]
 
 
 def _git_env() -> dict[str, str]:
@@ -59,10 +56,12 @@ def patch_paths(patch: str) -> list[str]:
     return paths
 
 
-async def apply_patch(scratch: Scratch, patch: str) -> None:
-    done = await anyio.run_process(
+def apply_patch(scratch: Scratch, patch: str) -> None:
+    """Apply ``patch`` to the view (blocking: called in the run's prepare hop)."""
+    done = subprocess.run(
         ["git", "apply", "--whitespace=nowarn", "-p1", "-"],
         input=patch.encode("utf-8", "surrogateescape"),
+        capture_output=True,
         cwd=scratch.work,
         env=_git_env(),
         check=False,

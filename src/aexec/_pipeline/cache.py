@@ -194,10 +194,15 @@ class Memo(Generic[T]):
         self._inflight: Inflight[T] | None = Inflight() if dedup else None
 
     async def get(
-        self, key: str, compute: Callable[[], Awaitable[T]], valid: Callable[[T], bool] | None = None
+        self,
+        key: str,
+        compute: Callable[[], Awaitable[T]],
+        valid: Callable[[T], bool] | None = None,
+        store: Callable[[T], bool] | None = None,
     ) -> tuple[T, Source]:
         """The value for ``key``; a stored one is used only if it decodes and ``valid``
-        (e.g. it names the key and artifact it was made for) accepts it."""
+        (e.g. it names the key and artifact it was made for) accepts it. A computed value
+        ``store`` rejects is shared within the session but never written to disk."""
         if self._disk is not None:
             hit = await in_thread(self._disk.get, key)
             if hit is not None:
@@ -211,7 +216,7 @@ class Memo(Generic[T]):
 
         async def compute_and_store() -> T:
             value = await compute()
-            if self._disk is not None:
+            if self._disk is not None and (store is None or store(value)):
                 try:
                     await in_thread(self._disk.put, key, self._encode(value))
                 except OSError as e:  # a full or read-only cache loses the entry, not the value

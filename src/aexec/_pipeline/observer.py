@@ -9,33 +9,27 @@ bytecode store without a cache dir — and gives it back with `Observer.aclose` 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import anyio
 import attrs
 
-from .._boundary import DRIVER
-from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
 from .._boundary.isolation import Isolation, detect_isolation
 from .._boundary.leftovers import default_registry, register, sweep_cgroups, sweep_leftovers
-from .._boundary.scratch import SCRATCH_PREFIX, make_etc
 from .._boundary.supervise import LocalSupervisor, Supervisor
 from .._environments.spec import EnvBroken
 from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, ExecutionObservation
-from .._stages.keys import server_key
 from .._stages.plan import Scratch
 from .._version import VERSION
 from .cache import in_thread
 from .request import Checked, validate_all
-from .run import DEFERRED_CLEANUP, remove_deferred
+from .run import remove_scratches
 from .session import WAITING_RUNS_PER_CORE, Session, selections
-from .toolchain import LangToolchains, Toolchain, Toolchains
+from .warm import Warm
 from .witness import environment_broken, observe_one, unobservable
 
 log = get_logger(__name__)
@@ -75,17 +69,9 @@ class Observer:
         self.options = options if options is not None else Options()
         self.supervisor: Supervisor = supervisor if supervisor is not None else LocalSupervisor()
         self.version = version
-        self.toolchains = Toolchains(version)
-        self.lang_toolchains = LangToolchains()
+        #: The interpreters, fork servers, bytecode store and /etc its sessions share.
+        self.warm = Warm(self.options, version)
         self._isolation: Isolation | None = None
-        #: Warm fork servers, by what they serve (`server`).
-        self._servers: dict[str, ForkServer] = {}
-        #: The keys whose server a call is starting now (`server`).
-        self._starting: dict[str, anyio.Event] = {}
-        self._bytecode_dir: str | None = None
-        #: The runs' cut /etc (`etc_dir`).
-        self._etc_dir: str | None = None
-        self._etc_lock = threading.Lock()
         self._swept: set[str] = set()
 
     async def __aenter__(self) -> Observer:
@@ -96,13 +82,7 @@ class Observer:
 
     async def aclose(self) -> None:
         """Stop the fork servers and remove what the observer made for itself."""
-        with anyio.CancelScope(shield=True):
-            servers, self._servers = list(self._servers.values()), {}
-            for server in servers:
-                await server.aclose()
-            if self._bytecode_dir is not None:
-                await anyio.to_thread.run_sync(shutil.rmtree, self._bytecode_dir, True)
-                self._bytecode_dir = None
+        await self.warm.aclose()
 
     async def isolation(self, scratch_base: str) -> Isolation:
         """What the kernel allows, probed once; each new scratch base (and, at the probe,
@@ -125,73 +105,6 @@ class Observer:
                 await in_thread(sweep_cgroups, found.cgroups)
             self._isolation = found
         return self._isolation
-
-    def bytecode_store(self, cache_dir: str | None, scratch_base: str) -> str:
-        """Where compiled repos live: the cache dir's ``bytecode/``, or without one a
-        directory of this observer's own (removed by `aclose`; if the process is killed,
-        swept with its scratch roots by the next aexec)."""
-        if cache_dir is not None:
-            return os.path.join(cache_dir, "bytecode")
-        if self._bytecode_dir is None:
-            self._bytecode_dir = tempfile.mkdtemp(
-                prefix=f"{SCRATCH_PREFIX}{os.getpid()}-bytecode-", dir=scratch_base
-            )
-        return self._bytecode_dir
-
-    def etc_dir(self) -> str:
-        """The /etc of this observer's runs (`make_etc`, in the registry's directory:
-        shared by every aexec on the host while /etc is unchanged), looked up on first
-        use (blocking: called in a worker thread)."""
-        with self._etc_lock:
-            # pruned by another aexec once /etc changed: made afresh
-            if self._etc_dir is None or not os.path.isdir(self._etc_dir):
-                self._etc_dir = make_etc(os.path.join(self.options.registry or default_registry(), "view"))
-            return self._etc_dir
-
-    async def server(
-        self, session: Session, tool: Toolchain, mode: str, env: Mapping[str, str]
-    ) -> ForkServer | None:
-        """The warm server for runs like this one, started on first use; None if it cannot be.
-
-        Servers outlive the call (one per interpreter, its distributions, mode, start-up
-        environment and thread, until `aclose`), so that a harness calling `observe` once
-        per candidate gets them too; one that died is started afresh. The thread is part
-        of the key because a server dies with the thread that started it (PR_SET_PDEATHSIG).
-        """
-        if not self.options.forkserver:
-            return None
-        key = server_key(tool.path, tool.fingerprint, mode, env, threading.get_ident(), per_run=PER_RUN_ENV)
-        # Concurrent calls on this observer (a server's requests) wait for the one that
-        # is starting this key's server, and share it: a second start would replace the
-        # first server, and closing it would kill the runs it had begun (issue 31).
-        while True:
-            running = self._servers.get(key)
-            if running is not None and running.alive:
-                return running
-            starting = self._starting.get(key)
-            if starting is None:
-                break
-            await starting.wait()
-
-        async def start() -> ForkServer | None:
-            try:
-                server = await ForkServer.start(tool.path, DRIVER, mode, env)
-            except ServerGone as e:
-                log.warning("forkserver_unavailable", python=tool.path, mode=mode, error=str(e))
-                return None
-            stale = self._servers.pop(key, None)
-            self._servers[key] = server
-            if stale is not None:
-                await stale.aclose()
-            return server
-
-        self._starting[key] = event = anyio.Event()
-        try:
-            server, _ = await session.server_starts.run(key, start)
-        finally:
-            del self._starting[key]
-            event.set()
-        return server if server is not None and server.alive else None
 
     async def observe_many(
         self,
@@ -229,7 +142,7 @@ class Observer:
         scratch_base = opts.scratch_dir or tempfile.gettempdir()
         isolation = await self.isolation(scratch_base)
         session = Session(
-            self,
+            self.warm,
             opts,
             scratch_base,
             isolation,
@@ -248,7 +161,6 @@ class Observer:
             # A candidate's scratch roots are removed after its observation is
             # delivered, not on its way (issue 20): latency, not less cleanup.
             leftover: list[Scratch] = []
-            DEFERRED_CLEANUP.set(leftover)
             try:
                 async for i in receive:
                     checked = items[i]
@@ -258,7 +170,7 @@ class Observer:
                     items[i] = None
                     try:
                         job = await session.job(i, checked)
-                        obs = await observe_one(session, job)
+                        obs = await observe_one(session, job, leftover)
                     except EnvBroken as e:  # the environment's fault, never the candidate's
                         obs = environment_broken(checked.candidate, checked.classification, e, self.version)
                         log.warning("environment_broken", candidate=checked.candidate.id, kind=e.kind)
@@ -270,9 +182,9 @@ class Observer:
                         if on_observation is not None:
                             on_observation(i, obs)
                     finally:
-                        await remove_deferred(leftover)
+                        await remove_scratches(leftover)
             finally:
-                await remove_deferred(leftover)
+                await remove_scratches(leftover)
 
         with receive:
             async with anyio.create_task_group() as tg:

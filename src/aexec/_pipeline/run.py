@@ -1,11 +1,16 @@
-"""One execution of a job in a fresh scratch root: lay out, plan, supervise, parse.
+"""One execution of a job in a fresh scratch root, in three phases (`run`):
 
-The shell around the pure `plan`: it makes the scratch root and the view (with the
-repo's compiled bytecode and the patch), gathers what only I/O can tell, writes the
-plan's instructions to the wire, hands the run to the session's `Supervisor` when
-admission lets it start, and parses what came back. Every filesystem walk runs in a
-worker thread; the scratch root is removed, shielded, whatever happens (by the caller,
-right after the observation is delivered, when it sets `DEFERRED_CLEANUP`).
+1. **prepare** (`prepare`, one worker-thread hop): the scratch root and the view (with
+   the repo's compiled bytecode), the patch and the oracle ``test_patch``, the sources,
+   the pure `plan`, the wire's instructions, the seal, the snapshot before the run;
+2. **supervise**: the session's `Supervisor` runs it when admission lets it start;
+3. **collect** (`collect`, one worker-thread hop): parse the evidence, diff the scratch
+   root, read what the repo defines of what the run found missing.
+
+What the run needs warm (its fork server, the repo's bytecode) is awaited before it
+starts. A patch that does not apply comes back as data (`Outcome.refused`,
+``oracle_refused``), and so does the scratch root (`Done.scratch`): the caller removes
+it once the observation is delivered. Only a failure removes it here.
 """
 
 from __future__ import annotations
@@ -14,14 +19,15 @@ import json
 import os
 import shutil
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any
 
 import anyio
+import attrs
 
 from .. import _languages as langs
 from .._boundary import DRIVER
 from .._boundary.cgroups import Caps
+from .._boundary.forkserver import ForkServer
 from .._boundary.patch import PatchError, apply_patch
 from .._boundary.scratch import (
     import_roots,
@@ -40,21 +46,18 @@ from .._boundary.trees import (
     pytest_config,
     read_regular,
     snapshot,
+    texts_naming,
     without,
 )
 from .._errors import AexecError
+from .._records import RawRun
 from .._stages.assemble import Run
+from .._stages.envfault import defined_in, wanted
+from .._stages.judge import Outcome
 from .._stages.parse import SNIPPET_NAME, parse, parse_language
-from .._stages.plan import BoxFacts, Plan, RunFacts, Scratch, candidate_env, plan
-from .._stages.policy import limits
+from .._stages.plan import BoxFacts, RunFacts, Scratch, plan
 from .cache import in_thread
 from .session import Job, Session
-
-
-class OracleError(Exception):
-    """The request's ``test_patch`` does not apply to its repo: an error of the instance,
-    never the candidate's (the oracle's files are reset before it is applied, so a
-    candidate's patch cannot make it fail)."""
 
 
 def _reset(repo: str, work: str, paths: list[str]) -> None:
@@ -85,17 +88,6 @@ def _config_changed(repo: str, work: str, language: str = "python", touched: lis
         suite.oracle_text(p, text(os.path.join(repo, p))) != suite.oracle_text(p, text(os.path.join(work, p)))
         for p in touched or ()
     )
-
-
-def _empty_scratch(tmpfs: bool, base: str) -> Scratch:
-    """A fresh scratch root with an empty ``work`` dir (no repo to copy)."""
-    scratch = make_scratch(tmpfs, base)
-    try:
-        make_view(scratch, None)
-    except BaseException:
-        remove_scratch(scratch)
-        raise
-    return scratch
 
 
 def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
@@ -154,163 +146,204 @@ def _changes(
     return describe_changes(before, after), listed, omitted
 
 
-#: Set (to a list) by a caller that delivers the observation first and removes the
-#: scratch roots after (`Observer.observe_checked`, issue 20): `run_once` then leaves
-#: its root in the list instead of removing it on the observation's path. Unset, it
-#: removes its root itself, as before.
-DEFERRED_CLEANUP: ContextVar[list[Scratch] | None] = ContextVar("aexec_deferred_cleanup", default=None)
+@attrs.frozen
+class Done:
+    """One execution, as data: what the judge reads, and the scratch root it left (the
+    caller removes it, `remove_scratches`)."""
+
+    outcome: Outcome
+    scratch: Scratch
 
 
-async def run_once(
-    session: Session, job: Job, *, patch: str | None, touched: list[str], oracle: list[str] | None = None
-) -> tuple[Run, bool] | PatchError:
-    """One execution in a fresh scratch root: (the run, whether pytest config changed).
+@attrs.frozen
+class Prepared:
+    """A scratch root laid out for one run (`prepare`); ``invocation`` is None when a
+    patch did not apply (``refusal`` says which): then nothing runs."""
 
-    A patch that does not apply is returned, not raised: nothing ran. The request's
-    ``test_patch`` (touching ``oracle``) is applied after ``patch``, on the oracle's
-    files as the repo has them; if it does not apply, `OracleError` is raised.
-    """
-    candidate, tool, env = job.candidate, job.tool, job.env
-    box = session.isolation.namespaces
-    if candidate.repo is None:  # nothing to copy: the root and its empty view at once
-        scratch = await in_thread(_empty_scratch, box, session.scratch_base)
-    else:
-        scratch = await in_thread(make_scratch, box, session.scratch_base)
+    scratch: Scratch
+    refusal: Outcome | None = None
+    invocation: Invocation | None = None
+    config_changed: bool = False
+    snippet: str | None = None
+    #: What the patch touched (nothing without it).
+    touched: list[str] = attrs.field(factory=list)
+    written: dict[str, str] = attrs.field(factory=dict)
+    before: dict[str, tuple[int, int]] = attrs.field(factory=dict)
+
+
+async def run(session: Session, job: Job, *, patched: bool) -> Done:
+    """One execution of ``job`` in a fresh scratch root, with the candidate's patch when
+    ``patched`` (and the request's ``test_patch`` after it, on the oracle's files as the
+    repo has them). Two worker-thread hops: prepare, collect."""
+    repo = job.candidate.repo
+    server = await session.server(job)
+    # A language's suite has no Python to compile ahead.
+    bytecode = None if repo is None or job.lang is not None else await session.bytecode(repo, job.tool)
     session.runs += 1
-    run_name = f"{session.runs}-{os.path.basename(scratch.root)}"
+    with anyio.CancelScope(shield=True):  # a root once made is handed back or removed
+        prep = await anyio.to_thread.run_sync(prepare, session, job, patched, server, bytecode, session.runs)
+    if prep.invocation is None:
+        assert prep.refusal is not None
+        return Done(prep.refusal, prep.scratch)
     try:
-        if candidate.repo is not None:
-            # A language's suite has no Python to compile ahead.
-            bytecode = None
-            if job.lang is None:
-                bytecode = await session.bytecode(candidate.repo, tool)
-            await in_thread(make_view, scratch, candidate.repo, bytecode)
-        config_changed = False
-        if patch is not None:
-            try:
-                await apply_patch(scratch, patch)
-            except PatchError as e:
-                return e
-            assert candidate.repo is not None
-            config_changed = await in_thread(
-                _config_changed, candidate.repo, scratch.work, candidate.language, touched
-            )
-        if candidate.test_patch is not None:
-            assert candidate.repo is not None
-            if patch is not None and oracle:
-                await in_thread(_reset, candidate.repo, scratch.work, [p for p in oracle if p in touched])
-            try:
-                await apply_patch(scratch, candidate.test_patch)
-            except PatchError as e:
-                raise OracleError(str(e)) from None
-        snippet = None
-        written: dict[str, str] = {}
-        lang = job.lang
-        if lang is not None:
-            written = await in_thread(_write_sources, scratch, job)
-        elif candidate.code is not None:
-            snippet = write_private(scratch, SNIPPET_NAME, candidate.code)
-        toolchain_paths = session.view_paths(tool, lang)
-        roots = tuple(import_roots(scratch.work)) if candidate.repo is not None else (scratch.work,)
-        mode = "pytest" if job.runner == "pytest" else "bare"
-        autoload = candidate.pytest_plugins == "auto"
-        server_env = candidate_env(scratch, tool.path, autoload=autoload)
-        server = await session.observer.server(session, tool, mode, server_env)
-        if server is not None and not server.serves(roots):
-            server = None  # the repo shadows a module the server has imported: go cold
-        uid = run_uid() if box else None
-        cgroups = session.isolation.cgroups
-        lim = limits(env)
+        async with session.slots.slot(prep.invocation.run, job.index):
+            raw = await session.supervisor.execute(prep.invocation)
+        outcome = await in_thread(collect, job, prep, raw)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(remove_scratch, prep.scratch)
+        raise
+    return Done(outcome, prep.scratch)
 
-        def lay_out() -> tuple[Plan, str, dict[str, tuple[int, int]]]:
-            """The plan and the files the driver reads, and the scratch root as it is
-            before the run: one worker-thread hop (each costs the loop a wake-up)."""
-            box_facts = None
-            if uid is not None:
-                box_facts = BoxFacts(
-                    uid=uid,
-                    supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
-                    seccomp=session.isolation.seccomp is not None,
-                    etc=session.observer.etc_dir(),
-                    repo=None if candidate.repo is None else os.path.realpath(candidate.repo),
-                )
-            facts = RunFacts(
-                runner=job.runner,
-                scratch=scratch,
-                python=tool.path,
-                toolchain_paths=toolchain_paths,
-                import_roots=roots,
-                snippet=snippet,
-                argv=tuple(candidate.command or ()),
-                tests=candidate.tests,
-                touched_sources=_existing(scratch.work, [*touched, *(oracle or ())]),
-                cgroup_procs=tuple(cgroups.procs_files(run_name)) if cgroups is not None else (),
-                box=box_facts,
-                memory_cgroup=cgroups is not None and cgroups.memory,
-                language=candidate.language,
-                request_type=candidate.request_type,
-                lang_tools=() if lang is None else lang.tools,
-                autoload=autoload,
-            )
-            the_plan = plan(facts, env)
-            report = write_private(scratch, "report.jsonl", "")
-            if uid is not None:
-                os.chown(report, uid, uid)
-                seal_scratch(scratch, uid, lim.disk_bytes)
-            spec_path = write_private(scratch, "spec.json", json.dumps(the_plan.instructions))
-            return the_plan, spec_path, snapshot(scratch.root)
 
-        the_plan, spec_path, before = await in_thread(lay_out)
-        report = os.path.join(scratch.private, "report.jsonl")
-        invocation = Invocation(
-            argv=(tool.path, "-s", DRIVER, spec_path),
+def prepare(
+    session: Session, job: Job, patched: bool, server: ForkServer | None, bytecode: str | None, number: int
+) -> Prepared:
+    """Phase 1 (blocking, one worker thread): lay the run out; see the module docstring.
+    The scratch root is removed here if laying out fails."""
+    scratch = make_scratch(session.isolation.namespaces, session.scratch_base)
+    try:
+        return _lay_out(session, job, scratch, patched, server, bytecode, number)
+    except BaseException:
+        remove_scratch(scratch)
+        raise
+
+
+def _lay_out(
+    session: Session,
+    job: Job,
+    scratch: Scratch,
+    patched: bool,
+    server: ForkServer | None,
+    bytecode: str | None,
+    number: int,
+) -> Prepared:
+    c, tool, env, lang = job.candidate, job.tool, job.env, job.lang
+    make_view(scratch, c.repo, bytecode)
+    touched = list(job.patches.touched) if patched else []
+    oracle = list(job.patches.oracle)
+    config_changed = False
+    if patched:
+        assert c.repo is not None and c.patch is not None
+        try:
+            apply_patch(scratch, c.patch)
+        except PatchError as e:
+            return Prepared(scratch, refusal=Outcome(refused=str(e)))
+        config_changed = _config_changed(c.repo, scratch.work, c.language, touched)
+    if c.test_patch is not None:
+        assert c.repo is not None
+        if patched and oracle:
+            _reset(c.repo, scratch.work, [p for p in oracle if p in touched])
+        try:
+            apply_patch(scratch, c.test_patch)
+        except PatchError as e:
+            return Prepared(scratch, refusal=Outcome(oracle_refused=str(e)))
+    snippet = None
+    written: dict[str, str] = {}
+    if lang is not None:
+        written = _write_sources(scratch, job)
+    elif c.code is not None:
+        snippet = write_private(scratch, SNIPPET_NAME, c.code)
+    roots = tuple(import_roots(scratch.work)) if c.repo is not None else (scratch.work,)
+    if server is not None and not server.serves(roots):
+        server = None  # the repo shadows a module the server has imported: go cold
+    uid = run_uid() if session.isolation.namespaces else None
+    cgroups = session.isolation.cgroups
+    name = f"{number}-{os.path.basename(scratch.root)}"
+    box_facts = None
+    if uid is not None:
+        box_facts = BoxFacts(
+            uid=uid,
+            supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
+            seccomp=session.isolation.seccomp is not None,
+            etc=session.warm.etc_dir(),
+            repo=None if c.repo is None else os.path.realpath(c.repo),
+        )
+    facts = RunFacts(
+        runner=job.runner,
+        scratch=scratch,
+        python=tool.path,
+        toolchain_paths=session.view_paths(tool, lang),
+        import_roots=roots,
+        snippet=snippet,
+        argv=tuple(c.command or ()),
+        tests=c.tests,
+        touched_sources=_existing(scratch.work, [*touched, *oracle]),
+        cgroup_procs=tuple(cgroups.procs_files(name)) if cgroups is not None else (),
+        box=box_facts,
+        memory_cgroup=cgroups is not None and cgroups.memory,
+        language=c.language,
+        request_type=c.request_type,
+        lang_tools=() if lang is None else lang.tools,
+        autoload=c.pytest_plugins == "auto",
+    )
+    the_plan = plan(facts, env)
+    lim = the_plan.limits
+    report = write_private(scratch, "report.jsonl", "")
+    if uid is not None:
+        os.chown(report, uid, uid)
+        seal_scratch(scratch, uid, lim.disk_bytes)
+    spec_path = write_private(scratch, "spec.json", json.dumps(the_plan.instructions))
+    invocation = Invocation(
+        argv=(tool.path, "-s", DRIVER, spec_path),
+        cwd=scratch.work,
+        env=the_plan.env_dict,
+        timeout_s=env.timeout_s,
+        report_path=report,
+        run=name,
+        caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
+        server=server,
+        isolation=session.isolation,
+    )
+    return Prepared(
+        scratch, None, invocation, config_changed, snippet, touched, written, snapshot(scratch.root)
+    )
+
+
+def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
+    """Phase 3 (blocking, one worker thread): the run's evidence and what it changed."""
+    c, scratch, env = job.candidate, prep.scratch, job.env
+    if job.lang is not None:
+        evidence = parse_language(
+            raw,
+            c.language,
             cwd=scratch.work,
-            env=the_plan.env_dict,
             timeout_s=env.timeout_s,
-            report_path=report,
-            run=run_name,
-            caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
-            server=server,
-            isolation=session.isolation,
+            request_type=c.request_type,
+            tests=c.tests,
         )
-        async with session.slots.slot(run_name, job.index):
-            raw = await session.supervisor.execute(invocation)
-        if lang is not None:
-            evidence = parse_language(
-                raw,
-                candidate.language,
-                cwd=scratch.work,
-                timeout_s=env.timeout_s,
-                request_type=candidate.request_type,
-                tests=candidate.tests,
-            )
-        else:
-            evidence = parse(raw, job.runner, cwd=scratch.work, snippet=snippet)
-        if evidence.box_failed:
-            raise AexecError(raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "boundary failed")
-        summary, changes, omitted = await in_thread(
-            _changes, scratch.root, before, own_files(job, written), baseline(job, written, touched)
-        )
-        run = Run(
-            evidence=evidence,
-            stdout=raw.stdout,
-            stderr=raw.stderr,
-            cwd=scratch.work,
-            scratch_root=scratch.root,
-            changed_state=summary,
-            cpu_s=raw.cpu_s,
-            peak_ram_mib=raw.peak_ram_mib,
-            changes=changes,
-            changes_omitted=omitted,
-        )
-        return run, config_changed
-    finally:
-        deferred = DEFERRED_CLEANUP.get()
-        if deferred is not None:
-            deferred.append(scratch)  # removed by the caller once the observation is out
-        else:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(remove_scratch, scratch)
+    else:
+        evidence = parse(raw, job.runner, cwd=scratch.work, snippet=prep.snippet)
+    if evidence.box_failed:
+        raise AexecError(raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "boundary failed")
+    summary, changes, omitted = _changes(
+        scratch.root, prep.before, own_files(job, prep.written), baseline(job, prep.written, prep.touched)
+    )
+    defines: frozenset[tuple[str, str]] = frozenset()
+    if job.runner == "pytest" and c.repo is not None:
+        defines = frozenset(repo_defines(c.repo, wanted(evidence)))
+    run = Run(
+        evidence=evidence,
+        stdout=raw.stdout,
+        stderr=raw.stderr,
+        cwd=scratch.work,
+        scratch_root=scratch.root,
+        changed_state=summary,
+        cpu_s=raw.cpu_s,
+        peak_ram_mib=raw.peak_ram_mib,
+        changes=changes,
+        changes_omitted=omitted,
+    )
+    return Outcome(run, prep.config_changed, defines=defines)
+
+
+def repo_defines(repo: str, want: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of ``want`` (fixtures and markers pytest found missing) a file of the
+    unpatched repo defines."""
+    found: set[tuple[str, str]] = set()
+    for path, text in texts_naming(repo, {name for _, name in want}):
+        found |= defined_in(path, text, want)
+    return found
 
 
 def _remove_all(scratches: list[Scratch]) -> None:
@@ -318,8 +351,8 @@ def _remove_all(scratches: list[Scratch]) -> None:
         remove_scratch(scratch)
 
 
-async def remove_deferred(scratches: list[Scratch]) -> None:
-    """Remove the scratch roots `run_once` left in ``scratches`` (shielded, one thread hop)."""
+async def remove_scratches(scratches: list[Scratch]) -> None:
+    """Remove the scratch roots runs left in ``scratches`` (shielded, one thread hop)."""
     if scratches:
         todo = list(scratches)
         scratches.clear()

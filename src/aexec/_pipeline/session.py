@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from .. import _serde
 from .._boundary.admission import Admission
 from .._boundary.bytecode import compile_bytecode, prune, touch
-from .._boundary.forkserver import ForkServer
+from .._boundary.forkserver import ForkServer, top_level_names
 from .._boundary.isolation import Isolation
+from .._boundary.patch import PatchError, patch_paths
+from .._boundary.scratch import import_roots
 from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
 from .._environments.build import Built, default_root, ensure
@@ -28,15 +30,16 @@ from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, Environment, ExecutionObservation
 from .._stages import grade
-from .._stages.assemble import Run
 from .._stages.classify import Classification, Runner
+from .._stages.judge import Outcome, Patches
 from .._stages.keys import artifact_version, bytecode_key, observation_key
 from .._stages.plan import SYSTEM_PATHS, view_readonly
 from .._stages.policy import declare
 from .._types import TestVerdict
 from .cache import DiskCache, Inflight, Memo, in_thread
 from .request import Checked
-from .toolchain import LangToolchain, LangToolchains, Toolchain, Toolchains, resolve_python
+from .toolchain import LangToolchain, Toolchain, resolve_python
+from .warm import Warm
 
 log = get_logger(__name__)
 
@@ -65,6 +68,14 @@ class Job:
     key: str
     #: A language beyond Python: its toolchain (``tool`` is then the driver's interpreter).
     lang: LangToolchain | None = None
+    #: What the request's patches touch (read once, when the job is made).
+    patches: Patches = attrs.field(factory=Patches)
+    #: The repo's top-level modules (a pytest run's environment fault never names one).
+    repo_modules: frozenset[str] = frozenset()
+    #: The aexec version that observes it.
+    aexec_version: str = ""
+    #: The confirming re-run and the tamper check are on (off only for the §7.5 A/B).
+    guarded: bool = True
 
 
 def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | None]:
@@ -82,28 +93,12 @@ def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | N
     return {repo: None if tests is None else tuple(sorted(tests)) for repo, tests in union.items()}
 
 
-class Host(Protocol):
-    """What a session needs of the `Observer` it runs under."""
-
-    version: str
-    toolchains: Toolchains
-    lang_toolchains: LangToolchains
-
-    def bytecode_store(self, cache_dir: str | None, scratch_base: str) -> str: ...
-
-    def etc_dir(self) -> str: ...
-
-    async def server(
-        self, session: Session, tool: Toolchain, mode: str, env: Mapping[str, str]
-    ) -> ForkServer | None: ...
-
-
 class Session:
     """What the candidates of one call share (see the module docstring)."""
 
     def __init__(
         self,
-        observer: Host,
+        warm: Warm,
         options: Options,
         scratch_base: str,
         isolation: Isolation,
@@ -113,11 +108,11 @@ class Session:
         cpu_slots: int,
         selections: dict[str, tuple[str, ...] | None],
     ) -> None:
-        self.observer = observer
+        self.warm = warm
         self.options = options
         #: Where this call's scratch roots are made.
         self.scratch_base = scratch_base
-        self.version = observer.version
+        self.version = warm.version
         self.isolation = isolation
         self.supervisor = supervisor
         dedup = "cache" not in self.options.ablate
@@ -129,16 +124,19 @@ class Session:
         self.observations: Memo[ExecutionObservation] = Memo(
             disk=self.cache, encode=_serde.unstructure, decode=_serde.structure, dedup=dedup
         )
-        self.befores: Memo[dict[str, TestVerdict]] = Memo(disk=self.cache, decode=_verdicts, dedup=dedup)
+        #: A before-run's verdicts (`Outcome.verdicts`: a mapping on disk).
+        self.befores: Memo[Outcome] = Memo(
+            disk=self.cache, encode=lambda o: dict(o.verdicts or {}), decode=_verdicts, dedup=dedup
+        )
         #: A before-run and the first run of an unpatched candidate on the same repo, tests
         #: and boundary are one execution (``aexec._pipeline.witness``).
-        self.unpatched: Memo[tuple[Run, bool]] = Memo(dedup=dedup)
+        self.unpatched: Memo[Outcome] = Memo(dedup=dedup)
         #: A repo is hashed once per call, however many candidates share it.
         self.repo_hashes: Inflight[str] = Inflight()
         #: An interpreter is probed once per call (and once per change, with a cache).
         self.toolchains: Inflight[Toolchain] = Inflight()
         #: A fork server is started once per key per call.
-        self.server_starts: Inflight[Any] = Inflight()
+        self.server_starts: Inflight[ForkServer | None] = Inflight()
         #: A language's toolchain is probed once per call (and once per change).
         self.lang_toolchains: Inflight[LangToolchain] = Inflight()
         #: A declared environment is looked up (or built) once per call per repo and spec.
@@ -171,14 +169,15 @@ class Session:
         return found
 
     async def job(self, index: int, checked: Checked) -> Job:
-        """Probe, declare and key one candidate `validate` checked (no run yet)."""
+        """Probe, declare and key one candidate `validate` checked (no run yet); read what
+        its patches touch."""
         candidate, classification, runner = checked.candidate, checked.classification, checked.runner
         built = await self.environment(candidate)
         python = checked.python if built is None else resolve_python(built.python)
-        tool = await self.observer.toolchains.get(python, self.toolchains, self.cache)
+        tool = await self.warm.toolchains.get(python, self.toolchains, self.cache)
         lang = None
         if candidate.language != "python":
-            lang = await self.observer.lang_toolchains.get(candidate.language, self.lang_toolchains)
+            lang = await self.warm.lang_toolchains.get(candidate.language, self.lang_toolchains)
         env = declare(
             classification.mode,
             candidate.policy,
@@ -207,8 +206,25 @@ class Session:
             toolchain=tool.fingerprint,
             language_toolchain=None if lang is None else lang.fingerprint,
         )
+        patches, modules = Patches(), frozenset[str]()
+        if candidate.patch is not None or candidate.test_patch is not None or runner == "pytest":
+            patches, modules = await in_thread(_read, candidate, runner)
         return Job(
-            index, candidate, classification, runner, tool, env, declared, repo_hash, version, key, lang
+            index,
+            candidate,
+            classification,
+            runner,
+            tool,
+            env,
+            declared,
+            repo_hash,
+            version,
+            key,
+            lang,
+            patches=patches,
+            repo_modules=modules,
+            aexec_version=self.version,
+            guarded=self.guarded,
         )
 
     async def environment(self, candidate: Candidate) -> Built | None:
@@ -221,6 +237,12 @@ class Session:
         key = json.dumps([repo, root, spec.as_json()])
         built, _ = await self.environments.run(key, lambda: in_thread(ensure, spec, repo, root))
         return built
+
+    async def server(self, job: Job) -> ForkServer | None:
+        """The warm fork server for the job's runs, if one serves them (`Warm.server`)."""
+        mode = "pytest" if job.runner == "pytest" else "bare"
+        autoload = job.candidate.pytest_plugins == "auto"
+        return await self.warm.server(job.tool, mode, autoload, self.server_starts)
 
     async def bytecode(self, repo: str, tool: Toolchain) -> str | None:
         """``repo`` compiled for ``tool`` (`compile_bytecode`), made on first use, with the
@@ -237,9 +259,7 @@ class Session:
         )
 
         async def make() -> str | None:
-            base = self.observer.bytecode_store(
-                self.cache.directory if self.cache else None, self.scratch_base
-            )
+            base = self.warm.bytecode_store(self.cache.directory if self.cache else None, self.scratch_base)
             out = os.path.join(base, key)
             if await in_thread(touch, out, base):
                 return out
@@ -259,7 +279,30 @@ class Session:
         return out
 
 
-def _verdicts(hit: Any) -> dict[str, TestVerdict]:
+def _read(candidate: Candidate, runner: Runner) -> tuple[Patches, frozenset[str]]:
+    """What the request's patches touch (`patch_paths`: ``git apply --numstat``) and, for a
+    pytest run of a repo, the repo's top-level modules: one worker-thread hop per job."""
+    touched: list[str] = []
+    oracle: list[str] = []
+    unreadable = oracle_unreadable = None
+    if candidate.test_patch is not None:
+        try:
+            oracle = patch_paths(candidate.test_patch)
+        except PatchError as e:
+            oracle_unreadable = str(e)
+    if candidate.patch is not None and oracle_unreadable is None:
+        try:
+            touched = patch_paths(candidate.patch)
+        except PatchError as e:
+            unreadable = str(e)
+    modules: frozenset[str] = frozenset()
+    if runner == "pytest" and candidate.repo is not None:
+        modules = frozenset(top_level_names(import_roots(candidate.repo)))
+    return Patches(tuple(touched), tuple(oracle), unreadable, oracle_unreadable), modules
+
+
+def _verdicts(hit: Any) -> Outcome:
     if not isinstance(hit, dict):
         raise TypeError("a before-run entry is a mapping of node ids to verdicts")
-    return {str(k): v for k, v in hit.items()}
+    verdicts: dict[str, TestVerdict] = {str(k): v for k, v in hit.items()}
+    return Outcome(verdicts=verdicts)

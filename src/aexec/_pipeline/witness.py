@@ -1,9 +1,10 @@
 """Observing one job: the spec's pipeline over the runs it needs (§3.3–§3.7).
 
-(f) the cache, then (c) the run (`run_once`) with the FAIL_TO_PASS before-run beside it,
-(d)/(e) inside the run's parse and the guards' normalize, the confirming re-run of a
-pass, and (g) assembly. Identical jobs share one observation; a before-run and an
-unpatched candidate's run of the same selection are one execution.
+(f) the cache, then the loop that feeds the pure judge (``aexec._stages.judge``): it
+runs what the judge asks for (`run`: (c) with (d) inside; the FAIL_TO_PASS before-run,
+the confirming re-run, the unpatched run behind an environment fault), and the judge
+concludes (e)/(g). Identical jobs share one observation; a before-run and an unpatched
+candidate's run of the same selection are one execution.
 """
 
 from __future__ import annotations
@@ -11,49 +12,27 @@ from __future__ import annotations
 import anyio
 import attrs
 
-from .._boundary.forkserver import top_level_names
-from .._boundary.patch import PatchError, patch_paths
-from .._boundary.scratch import import_roots
-from .._boundary.trees import texts_naming
 from .._environments.spec import EnvBroken
 from .._log import get_logger
 from .._records import Candidate, EnvFault, ExecutionObservation
-from .._stages.assemble import (
-    Head,
-    Run,
-    assemble,
-    graded,
-    instance_error,
-    ran_tests,
-    reconcile,
-    refused,
-    same_tests,
-    tag,
-    touches_oracle,
-    touches_suite_oracle,
-    unobserved,
-)
+from .._stages import judge
+from .._stages.assemble import graded, unobserved
 from .._stages.classify import Classification
-from .._stages.envfault import defined_in, env_fault, pristine_fault, wanted
-from .._stages.grade import oracle_paths_touched, would_resolve
+from .._stages.judge import Need, Outcome, Results
 from .._stages.keys import before_key, unpatched_key
-from .._stages.normalize import failures
-from .._stages.policy import with_scratch
-from .._types import TestVerdict
-from .cache import in_thread
-from .run import OracleError, run_once
+from .._stages.plan import Scratch
+from .run import run
 from .session import Job, Session
 
 log = get_logger(__name__)
 
-_ORACLE = "test_patch does not apply (an error of the instance, not of the candidate): "
 
-
-async def observe_one(session: Session, job: Job) -> ExecutionObservation:
-    """The job's observation: from the cache, shared with an identical job, or witnessed."""
+async def observe_one(session: Session, job: Job, leftover: list[Scratch]) -> ExecutionObservation:
+    """The job's observation: from the cache, shared with an identical job, or witnessed
+    (the scratch roots its runs leave are added to ``leftover``, for the caller to remove)."""
     obs, source = await session.observations.get(
         job.key,
-        lambda: witness(session, job),
+        lambda: witness(session, job, leftover),
         valid=lambda o: o.cache_key == job.key and o.artifact_version == job.version,
     )
     blog = log.bind(candidate=job.candidate.id)
@@ -67,9 +46,77 @@ async def observe_one(session: Session, job: Job) -> ExecutionObservation:
     return obs
 
 
-async def _before(session: Session, job: Job, oracle: list[str]) -> dict[str, TestVerdict]:
+async def witness(session: Session, job: Job, leftover: list[Scratch]) -> ExecutionObservation:
+    """Run what the judge asks for, batch by batch, and let it conclude."""
+    results = Results()
+    needs = judge.first_runs(job)
+    while needs:
+        results = await _execute_all(session, job, needs, results, leftover)
+        needs = judge.next_runs(job, results)
+    obs = judge.conclude(job, results)
+    blog = log.bind(candidate=job.candidate.id)
+    if obs.flags.nondeterministic:
+        blog.warning("nondeterministic", cache_key=job.key[:12])
+    blog.info(
+        "observed", verdict=obs.verdict, failure_class=obs.failure.failure_class if obs.failure else None
+    )
+    return obs
+
+
+async def _execute_all(
+    session: Session, job: Job, needs: tuple[Need, ...], results: Results, leftover: list[Scratch]
+) -> Results:
+    """``results`` with the outcomes of ``needs``, run concurrently. A first run that
+    ran nothing (a patch did not apply) cancels the rest: they are moot."""
+    if len(needs) == 1:
+        return results.with_outcome(needs[0].role, await _execute(session, job, needs[0], leftover))
+    got: list[tuple[Need, Outcome]] = []
+
+    async def one(need: Need, scope: anyio.CancelScope) -> None:
+        out = await _execute(session, job, need, leftover)
+        got.append((need, out))
+        if need.role == "first" and out.run is None:
+            scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        for need in needs:
+            tg.start_soon(one, need, tg.cancel_scope)
+    for need, out in got:
+        results = results.with_outcome(need.role, out)
+    return results
+
+
+async def _execute(session: Session, job: Job, need: Need, leftover: list[Scratch]) -> Outcome:
+    """One execution the judge asked for: the before-run's verdicts (cached, shared), the
+    call's unpatched run (shared), or a run of its own in a fresh scratch root."""
+    if need.role == "before":
+        return await _before(session, job, leftover)
+    if need.shared:
+        out = await _unpatched(session, job, leftover)
+    else:
+        done = await run(session, job, patched=need.patched)
+        leftover.append(done.scratch)
+        out = done.outcome
+    if need.role == "first":
+        _log_first(job, out)
+    return out
+
+
+def _log_first(job: Job, out: Outcome) -> None:
+    blog = log.bind(candidate=job.candidate.id)
+    if out.refused is not None:
+        blog.info("patch_refused", error=out.refused)
+    elif out.oracle_refused is not None:
+        blog.info("test_patch_refused", error=out.oracle_refused)
+    elif out.run is not None:
+        ev = out.run.evidence
+        blog.info("executed", exit_code=ev.exit_code, timed_out=ev.timed_out, duration=round(ev.duration, 3))
+
+
+async def _before(session: Session, job: Job, leftover: list[Scratch]) -> Outcome:
     """Per-test verdicts of the selection on the unpatched repo (cached, shared); with a
-    ``test_patch``, on the unpatched repo with the oracle applied (SWE-bench's before)."""
+    ``test_patch``, on the unpatched repo with the oracle applied (SWE-bench's before).
+    A refused oracle is shared within the call, never stored."""
     key = before_key(
         job.candidate,
         aexec=session.version,
@@ -78,20 +125,21 @@ async def _before(session: Session, job: Job, oracle: list[str]) -> dict[str, Te
         toolchain=job.tool.fingerprint,
     )
 
-    async def run() -> dict[str, TestVerdict]:
-        done, _ = await _unpatched(session, job, oracle)
-        return {t.nodeid: t.verdict for t in done.evidence.tests}
+    async def compute() -> Outcome:
+        done = await _unpatched(session, job, leftover)
+        if done.run is None:
+            return done
+        return Outcome(verdicts={t.nodeid: t.verdict for t in done.run.evidence.tests})
 
-    verdicts, _ = await session.befores.get(key, run)
-    return verdicts
+    out, _ = await session.befores.get(key, compute, store=lambda o: o.verdicts is not None)
+    return out
 
 
-async def _unpatched(session: Session, job: Job, oracle: list[str]) -> tuple[Run, bool]:
+async def _unpatched(session: Session, job: Job, leftover: list[Scratch]) -> Outcome:
     """The job's selection on its repo as it is, run once per call (§3.6): the before-run
     of every patched candidate and the first run of an unpatched one share it."""
-    c = job.candidate
     key = unpatched_key(
-        c,
+        job.candidate,
         job.runner,
         aexec=session.version,
         repo_hash=job.repo_hash,
@@ -99,162 +147,13 @@ async def _unpatched(session: Session, job: Job, oracle: list[str]) -> tuple[Run
         toolchain=job.tool.fingerprint,
     )
 
-    async def run() -> tuple[Run, bool]:
-        done = await run_once(session, job, patch=None, touched=[], oracle=oracle)
-        assert not isinstance(done, PatchError)  # no patch, nothing to refuse
-        return done
+    async def compute() -> Outcome:
+        done = await run(session, job, patched=False)
+        leftover.append(done.scratch)
+        return done.outcome
 
-    done, _ = await session.unpatched.get(key, run)
-    return done
-
-
-def runs_suite(job: Job) -> bool:
-    """Does the job run a test suite (pytest, or a language's: ``run_suite`` of a repo)?
-    Such a job gets per-test verdicts, the before-run and the confirming re-run."""
-    return job.runner == "pytest" or (job.lang is not None and job.candidate.request_type == "run_suite")
-
-
-async def witness(session: Session, job: Job) -> ExecutionObservation:
-    """Run the job (and what its verdict needs) and assemble its observation."""
-    candidate, env = job.candidate, job.env
-    suite = runs_suite(job)
-    blog = log.bind(candidate=candidate.id)
-    head = Head(candidate.id, job.classification, job.version, job.key, session.version)
-    touched: list[str] = []
-    oracle: list[str] = []
-    before: dict[str, TestVerdict] | None = None
-    broken: OracleError | None = None
-    if candidate.test_patch is not None:
-        try:
-            oracle = await in_thread(patch_paths, candidate.test_patch)
-        except PatchError as e:
-            return graded(instance_error(head, environment=env, message=_ORACLE + str(e)), candidate)
-    try:
-        if candidate.patch is not None:
-            touched = await in_thread(patch_paths, candidate.patch)
-    except PatchError as e:
-        return graded(refused(head, environment=env, message=f"patch refused: {e}"), candidate)
-    async with anyio.create_task_group() as tg:
-        if suite and candidate.patch is not None:
-
-            async def get_before() -> None:
-                nonlocal before, broken
-                try:
-                    before = await _before(session, job, oracle)
-                except OracleError as e:
-                    broken = e
-
-            tg.start_soon(get_before)
-        done: tuple[Run, bool] | PatchError | None = None
-        try:
-            if suite and candidate.patch is None:
-                done = await _unpatched(session, job, oracle)
-            else:
-                done = await run_once(session, job, patch=candidate.patch, touched=touched, oracle=oracle)
-        except OracleError as e:
-            broken = e
-            tg.cancel_scope.cancel()  # the instance is broken: no before-run is needed
-        else:
-            if isinstance(done, PatchError):
-                tg.cancel_scope.cancel()  # no before-run is needed for a patch that cannot land
-    if isinstance(done, PatchError):  # the candidate's patch goes first: it did not land
-        blog.info("patch_refused", error=str(done))
-        return graded(refused(head, environment=env, message=f"patch does not apply: {done}"), candidate)
-    if broken is not None or done is None:
-        blog.info("test_patch_refused", error=str(broken))
-        return graded(instance_error(head, environment=env, message=_ORACLE + str(broken)), candidate)
-    run, config_changed = done
-    blog.info(
-        "executed",
-        exit_code=run.evidence.exit_code,
-        timed_out=run.evidence.timed_out,
-        duration=round(run.evidence.duration, 3),
-    )
-    reverified: bool | None = None
-    passed = not failures(run.evidence, env.timeout_s) and ran_tests(run.evidence.tests)
-    # A graded run whose expected tests all passed is a pass claim too: confirm it.
-    resolves = would_resolve(candidate, tag(run.evidence.tests, None))
-    if session.guarded and suite and (passed or resolves):
-        redo = await run_once(session, job, patch=candidate.patch, touched=touched, oracle=oracle)
-        if isinstance(redo, PatchError):  # it applied a moment ago: the host changed under us
-            raise redo
-        again = redo[0]
-        merged, agreed = reconcile(run.evidence, again.evidence)
-        if not passed:  # a failing suite re-run for its grade: agreement is per test
-            agreed = same_tests(run.evidence, again.evidence)
-        reverified = agreed
-        if not agreed:
-            blog.warning("nondeterministic", cache_key=job.key[:12])
-            run = attrs.evolve(again, evidence=merged)
-    tampered = session.guarded and candidate.patch is not None
-    if candidate.language != "python":
-        sources = run.evidence.test_sources
-        guard = touches_suite_oracle(candidate.language, touched, candidate.tests, config_changed, sources)
-    else:
-        guard = touches_oracle(touched, candidate.tests, config_changed)
-    tampered = tampered and (guard or oracle_paths_touched(touched, oracle))
-    fault = None if tampered else await _env_fault(session, job, run, touched, oracle)
-    obs = assemble(
-        head,
-        environment=with_scratch(env, run.scratch_root),
-        run=run,
-        before=before,
-        reverified=reverified,
-        tampered=tampered,
-        fault=fault,
-    )
-    obs = graded(obs, candidate)
-    blog.info(
-        "observed", verdict=obs.verdict, failure_class=obs.failure.failure_class if obs.failure else None
-    )
-    return obs
-
-
-async def _env_fault(
-    session: Session, job: Job, run: Run, touched: list[str], oracle: list[str]
-) -> EnvFault | None:
-    """The environment's fault, when the run shows its selection cannot run in the
-    declared environment and the unpatched repo fails the same way (for an unpatched
-    candidate its own run is that run)."""
-    repo = job.candidate.repo
-    if job.runner != "pytest" or repo is None:
-        return None
-    names = await in_thread(lambda: top_level_names(import_roots(repo)))
-    defines = await in_thread(repo_defines, repo, wanted(run.evidence))
-    fault = env_fault(
-        run.evidence,
-        run.stderr,
-        cwd=run.cwd,
-        touched=touched,
-        repo_modules=names,
-        repo_defines=defines,
-        stdout=run.stdout,
-    )
-    if fault is None:
-        return None
-    pristine = run
-    if job.candidate.patch is not None:
-        pristine, _ = await _unpatched(session, job, oracle)
-        defines = await in_thread(repo_defines, repo, wanted(pristine.evidence))
-    found = env_fault(
-        pristine.evidence,
-        pristine.stderr,
-        cwd=pristine.cwd,
-        touched=[],
-        repo_modules=names,
-        repo_defines=defines,
-        stdout=pristine.stdout,
-    )
-    return pristine_fault(fault, pristine, found, job.env.timeout_s)
-
-
-def repo_defines(repo: str, want: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """Which of ``want`` (fixtures and markers pytest found missing) a file of the
-    unpatched repo defines."""
-    found: set[tuple[str, str]] = set()
-    for path, text in texts_naming(repo, {name for _, name in want}):
-        found |= defined_in(path, text, want)
-    return found
+    out, _ = await session.unpatched.get(key, compute)
+    return out
 
 
 def environment_broken(

@@ -16,7 +16,7 @@ import attrs
 from .. import _languages as langs
 from .._records import Environment
 from .._wire import Box, Instructions, Runner, StepSpec
-from .policy import limits
+from .policy import Limits, limits
 
 #: How pytest is run for every candidate: no colour, and (`pytest_args`) the cache
 #: provider's directory in the run's own tmp — empty, as a fresh copy's is, and nothing
@@ -110,6 +110,8 @@ class Plan:
     env: tuple[tuple[str, str], ...]
     #: Files the candidate's uid must be able to write (the report).
     report: str
+    #: The kernel limits of the environment (`limits`), for the shell's cgroup and disk caps.
+    limits: Limits
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -330,4 +332,4 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         if child is not None:
             rlimits["RLIMIT_AS"] = child
     env_vars = candidate_env(scratch, facts.python, autoload=facts.autoload)
-    return Plan(instructions=instructions, env=tuple(sorted(env_vars.items())), report=report)
+    return Plan(instructions=instructions, env=tuple(sorted(env_vars.items())), report=report, limits=lim)

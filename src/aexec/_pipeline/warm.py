@@ -1,0 +1,141 @@
+"""`Warm`: what an `Observer` keeps between calls and its sessions use — the probed
+interpreters and language toolchains, the warm fork servers, the compiled-bytecode store
+without a cache dir, and the runs' cut /etc.
+
+A session is handed its observer's `Warm` and only calls down into it: nothing here
+knows a session (the in-flight starts of one call are passed in, `Warm.server`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+
+import anyio
+
+from .._boundary import DRIVER
+from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
+from .._boundary.leftovers import default_registry
+from .._boundary.scratch import SCRATCH_PREFIX, make_etc
+from .._log import get_logger
+from .._options import Options
+from .._stages.keys import server_key
+from .._stages.plan import Scratch, candidate_env
+from .cache import Inflight
+from .toolchain import LangToolchains, Toolchain, Toolchains
+
+log = get_logger(__name__)
+
+
+class Warm:
+    """See the module docstring; `aclose` gives it all back."""
+
+    def __init__(self, options: Options, version: str) -> None:
+        self.options = options
+        self.version = version
+        self.toolchains = Toolchains(version)
+        self.lang_toolchains = LangToolchains()
+        #: Warm fork servers, by what they serve (`server`).
+        self._servers: dict[str, ForkServer] = {}
+        #: The keys whose server a call is starting now (`server`).
+        self._starting: dict[str, anyio.Event] = {}
+        self._bytecode_dir: str | None = None
+        #: The runs' cut /etc (`etc_dir`).
+        self._etc_dir: str | None = None
+        self._etc_lock = threading.Lock()
+        self._server_envs: dict[tuple[str, bool], dict[str, str]] = {}
+
+    async def aclose(self) -> None:
+        """Stop the fork servers (runs they started die with them), remove the bytecode store."""
+        with anyio.CancelScope(shield=True):
+            servers, self._servers = list(self._servers.values()), {}
+            for server in servers:
+                await server.aclose()
+            if self._bytecode_dir is not None:
+                await anyio.to_thread.run_sync(shutil.rmtree, self._bytecode_dir, True)
+                self._bytecode_dir = None
+
+    def bytecode_store(self, cache_dir: str | None, scratch_base: str) -> str:
+        """Where compiled repos live: the cache dir's ``bytecode/``, or without one a
+        directory of this observer's own (removed by `aclose`; if the process is killed,
+        swept with its scratch roots by the next aexec)."""
+        if cache_dir is not None:
+            return os.path.join(cache_dir, "bytecode")
+        if self._bytecode_dir is None:
+            self._bytecode_dir = tempfile.mkdtemp(
+                prefix=f"{SCRATCH_PREFIX}{os.getpid()}-bytecode-", dir=scratch_base
+            )
+        return self._bytecode_dir
+
+    def etc_dir(self) -> str:
+        """The /etc of this observer's runs (`make_etc`, in the registry's directory:
+        shared by every aexec on the host while /etc is unchanged), looked up on first
+        use (blocking: called in a worker thread)."""
+        with self._etc_lock:
+            # pruned by another aexec once /etc changed: made afresh
+            if self._etc_dir is None or not os.path.isdir(self._etc_dir):
+                self._etc_dir = make_etc(os.path.join(self.options.registry or default_registry(), "view"))
+            return self._etc_dir
+
+    async def server(
+        self, tool: Toolchain, mode: str, autoload: bool, starts: Inflight[ForkServer | None]
+    ) -> ForkServer | None:
+        """The warm server for runs like this one, started on first use (once per call:
+        ``starts``); None if it cannot be.
+
+        Servers outlive the call (one per interpreter, its distributions, mode, start-up
+        environment and thread, until `aclose`), so that a harness calling `observe` once
+        per candidate gets them too; one that died is started afresh. The thread is part
+        of the key because a server dies with the thread that started it (PR_SET_PDEATHSIG).
+        The start-up environment is a run's (`candidate_env`) but for what differs run by
+        run (``HOME``, ``TMPDIR``: each forked run gets its own).
+        """
+        if not self.options.forkserver:
+            return None
+        env = self._server_env(tool.path, autoload)
+        key = server_key(tool.path, tool.fingerprint, mode, env, threading.get_ident(), per_run=PER_RUN_ENV)
+        # Concurrent calls on this observer (a server's requests) wait for the one that
+        # is starting this key's server, and share it: a second start would replace the
+        # first server, and closing it would kill the runs it had begun (issue 31).
+        while True:
+            running = self._servers.get(key)
+            if running is not None and running.alive:
+                return running
+            starting = self._starting.get(key)
+            if starting is None:
+                break
+            await starting.wait()
+
+        async def start() -> ForkServer | None:
+            try:
+                server = await ForkServer.start(tool.path, DRIVER, mode, env)
+            except ServerGone as e:
+                log.warning("forkserver_unavailable", python=tool.path, mode=mode, error=str(e))
+                return None
+            stale = self._servers.pop(key, None)
+            self._servers[key] = server
+            if stale is not None:
+                await stale.aclose()
+            return server
+
+        self._starting[key] = event = anyio.Event()
+        try:
+            server, _ = await starts.run(key, start)
+        finally:
+            del self._starting[key]
+            event.set()
+        return server if server is not None and server.alive else None
+
+    def _server_env(self, python: str, autoload: bool) -> dict[str, str]:
+        """A server's start-up environment: a run's (`candidate_env`), made once per
+        interpreter and plugin loading, with placeholder ``HOME``/``TMPDIR`` (each forked
+        run gets its own, `PER_RUN_ENV`)."""
+        env = self._server_envs.get((python, autoload))
+        if env is None:
+            placeholder = Scratch(os.path.join(tempfile.gettempdir(), "aexec-server"))
+            env = self._server_envs[(python, autoload)] = candidate_env(
+                placeholder, python, autoload=autoload
+            )
+        return env
