@@ -16,6 +16,7 @@ An `Observer` registers itself and sweeps when it starts; ``aexec gc`` sweeps on
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -116,15 +117,23 @@ def sweep_registry(registry: str) -> list[str]:
             with open(path, encoding="utf-8") as f:
                 entry = json.load(f)
             pid, start, bases = int(entry["pid"]), entry["start"], list(entry["scratch_bases"])
+        except FileNotFoundError:
+            continue  # another aexec swept it a moment ago
         except (OSError, ValueError, KeyError, TypeError):
-            os.unlink(path)  # unreadable: nothing to act on
+            _unlink(path)  # unreadable: nothing to act on
             continue
         if _start_time(pid) == start and start is not None:
             continue  # still running
         for base in bases:
             swept += sweep_scratch(str(base))
-        os.unlink(path)
+        _unlink(path)
     return swept
+
+
+def _unlink(path: str) -> None:
+    """Remove a registry entry another aexec may be sweeping at the same moment."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def sweep_scratch(base: str) -> list[str]:
