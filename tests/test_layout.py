@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_languages.cargo",
             "_languages.sql",
             "_languages",
+            "_runners",
             "_stages",
             "_stages.classify",
             "_stages.policy",
@@ -100,7 +101,7 @@ ORDER = {m: (i, j) for i, (_, mods) in enumerate(LAYERS) for j, m in enumerate(m
 PURE = {
     m
     for m in ORDER
-    if m.startswith(("_stages", "_languages")) or m in ("_wire", "_types", "_errors", "_records")
+    if m.startswith(("_stages", "_languages", "_runners")) or m in ("_wire", "_types", "_errors", "_records")
 }
 IO_MODULES = {"anyio", "subprocess", "shutil", "tempfile", "socket", "asyncio", "trio"}
 OPTIONAL = {m for m in ORDER if ORDER[m][0] == 6}

@@ -25,12 +25,14 @@ from ._types import (
     MIN_RAM_MIB,
     PLUGIN_LOADING,
     REQUEST_TYPES,
+    RUNNER_NAMES,
     ArtifactShape,
     FailureClass,
     LanguageName,
     Mode,
     PluginLoading,
     RequestType,
+    RunnerName,
     TestVerdict,
     Verdict,
 )
@@ -130,6 +132,10 @@ class Candidate:
     pass_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     test_patch: str | None = None
 
+    #: A Python ``run_suite``'s test runner (`aexec._runners`) and why it was chosen.
+    runner: RunnerName = "pytest"
+    runner_reason: str | None = None
+
     def __attrs_post_init__(self) -> None:
         _check_candidate(self)
 
@@ -156,7 +162,7 @@ def _check_candidate(c: Candidate) -> None:
             raise RequestError(f"id must be a string or an integer, got {type(c.id).__name__}")
         if isinstance(c.id, str):
             _valid_text("id", c.id)
-    for name in ("code", "patch", "test_patch"):
+    for name in ("code", "patch", "test_patch", "runner_reason"):
         if getattr(c, name) is not None:
             _valid_text(name, getattr(c, name))
     for name in ("repo", "python"):
@@ -170,6 +176,8 @@ def _check_candidate(c: Candidate) -> None:
             raise RequestError(f"{name} must be a list of strings, got {type(value).__name__}")
         for i, item in enumerate(value):
             _valid_text(f"{name}[{i}]", item, path=name == "command")
+    if c.runner not in RUNNER_NAMES:
+        raise RequestError(f"unknown runner {c.runner!r} (expected one of {', '.join(RUNNER_NAMES)})")
     if not isinstance(c.policy, Policy):
         raise RequestError(f"policy must be an aexec.Policy, got {type(c.policy).__name__}")
 
@@ -369,6 +377,8 @@ class ExecutionObservation:
     expected_unmatched: tuple[UnmatchedTest, ...] | None = None
     #: Set with ``flags.env_broken``: the environment's fault and the evidence for it.
     env_fault: EnvFault | None = None
+    runner: str | None = None  # a Python run_suite's runner, and why it was chosen
+    runner_reason: str | None = None
 
 
 @attrs.frozen

@@ -22,11 +22,13 @@ from typing import Any
 import anyio
 import attrs
 
+from . import _runners as runners
 from ._api import observe_many, validate
 from ._errors import RequestError
 from ._jsonl import check_output, open_output
 from ._options import Options
 from ._records import Candidate, ExecutionObservation
+from ._types import RunnerName
 
 __all__ = ["Instance", "Prediction", "load_instances", "load_predictions", "main", "make_report"]
 
@@ -39,6 +41,9 @@ class Instance:
     fail_to_pass: tuple[str, ...]
     pass_to_pass: tuple[str, ...]
     python: str | None = None
+    #: The test runner (`choose_runner`) and why it was chosen.
+    runner: RunnerName = "pytest"
+    runner_reason: str | None = None
 
 
 @attrs.frozen
@@ -122,15 +127,48 @@ def load_instances(path: str) -> dict[str, Instance]:
         where = f"{where} ({ident})"
         repo = _string(where, r, "repo")
         assert repo is not None
+        checkout = os.path.normpath(os.path.join(base, repo))
+        f2p, p2p = _node_ids(where, r, "FAIL_TO_PASS"), _node_ids(where, r, "PASS_TO_PASS")
+        runner, reason = choose_runner(
+            ident, checkout, _string(where, r, "test_cmd", required=False), (*f2p, *p2p)
+        )
         out[ident] = Instance(
             instance_id=ident,
-            repo=os.path.normpath(os.path.join(base, repo)),
+            repo=checkout,
             test_patch=_string(where, r, "test_patch", required=False) or None,
-            fail_to_pass=_node_ids(where, r, "FAIL_TO_PASS"),
-            pass_to_pass=_node_ids(where, r, "PASS_TO_PASS"),
+            fail_to_pass=f2p,
+            pass_to_pass=p2p,
             python=_string(where, r, "python", required=False),
+            runner=runner,
+            runner_reason=reason,
         )
     return out
+
+
+def choose_runner(
+    ident: str, checkout: str, test_cmd: str | None, expected: Sequence[str]
+) -> tuple[RunnerName, str]:
+    """The instance's runner and why: its ``test_cmd``, else the repo its SWE-bench id
+    names (``django__django-11099`` → django/django), else what the checkout is (Django's
+    ``tests/runtests.py``, sympy's runner) or what its expected names are (unittest's
+    ``test_x (module.Class)``), else pytest."""
+    name = runners.repo_of_instance_id(ident)
+    runner, reason = runners.runner_for_instance(name, test_cmd)
+    if test_cmd or runner != "pytest":
+        return runner, reason
+
+    def has(*parts: str) -> bool:
+        return os.path.isfile(os.path.join(checkout, *parts))
+
+    if has("tests", "runtests.py") and has("django", "__init__.py"):
+        return "django", "the checkout is Django's (tests/runtests.py beside django/)"
+    if has("sympy", "testing", "runtests.py") or has("sympy", "utilities", "runtests.py"):
+        return "sympy", "the checkout is sympy's (sympy/testing/runtests.py)"
+    if expected and all("::" not in t for t in expected):
+        named = [t for t in expected if runners.unittest_form(t) is not None]
+        if named:
+            return "unittest", "the expected tests are unittest names (test_x (module.Class))"
+    return runner, reason
 
 
 def load_predictions(path: str) -> dict[str, Prediction]:
@@ -161,6 +199,8 @@ def candidate(instance: Instance, prediction: Prediction) -> Candidate:
         test_patch=instance.test_patch,
         fail_to_pass=instance.fail_to_pass,
         pass_to_pass=instance.pass_to_pass,
+        runner=instance.runner,
+        runner_reason=instance.runner_reason,
     )
 
 
@@ -186,6 +226,8 @@ def _detail(instance: Instance, prediction: Prediction, obs: ExecutionObservatio
         "tests_status": status,
         "expected_unmatched": [attrs.asdict(u) for u in obs.expected_unmatched or ()],
         "verdict": obs.verdict,
+        "runner": obs.runner,
+        "runner_reason": obs.runner_reason,
         "flags": attrs.asdict(obs.flags),
         "failure": None if obs.failure is None else attrs.asdict(obs.failure),
         "error": obs.error,

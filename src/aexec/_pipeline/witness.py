@@ -11,6 +11,7 @@ from __future__ import annotations
 import anyio
 import attrs
 
+from .. import _runners as runners
 from .._boundary.forkserver import top_level_names
 from .._boundary.patch import PatchError, patch_paths
 from .._boundary.scratch import import_roots
@@ -122,7 +123,9 @@ async def _unpatched(session: Session, job: Job, oracle: list[str]) -> tuple[Run
 def runs_suite(job: Job) -> bool:
     """Does the job run a test suite (pytest, or a language's: ``run_suite`` of a repo)?
     Such a job gets per-test verdicts, the before-run and the confirming re-run."""
-    return job.runner == "pytest" or (job.lang is not None and job.candidate.request_type == "run_suite")
+    if job.runner == "pytest" or job.runner in runners.OWN_RUNNERS:
+        return True
+    return job.lang is not None and job.candidate.request_type == "run_suite"
 
 
 async def witness(session: Session, job: Job) -> ExecutionObservation:
@@ -201,6 +204,8 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
     if candidate.language != "python":
         sources = run.evidence.test_sources
         guard = touches_suite_oracle(candidate.language, touched, candidate.tests, config_changed, sources)
+    elif job.runner in runners.OWN_RUNNERS:  # its test tree, entry point and start-up files
+        guard = runners.get(job.runner).touches_oracle(touched)
     else:
         guard = touches_oracle(touched, candidate.tests, config_changed)
     tampered = tampered and (guard or oracle_paths_touched(touched, oracle))
@@ -214,11 +219,22 @@ async def witness(session: Session, job: Job) -> ExecutionObservation:
         tampered=tampered,
         fault=fault,
     )
-    obs = graded(obs, candidate)
+    obs = graded(with_runner(obs, job), candidate)
     blog.info(
         "observed", verdict=obs.verdict, failure_class=obs.failure.failure_class if obs.failure else None
     )
     return obs
+
+
+def with_runner(obs: ExecutionObservation, job: Job) -> ExecutionObservation:
+    """A Python suite's observation names its runner and why it was chosen."""
+    c = job.candidate
+    if (job.runner != "pytest" and job.runner not in runners.OWN_RUNNERS) or c.request_type != "run_suite":
+        return obs
+    default = (
+        "the request's `runner`" if c.runner != "pytest" else "the default: the request names no `runner`"
+    )
+    return attrs.evolve(obs, runner=job.runner, runner_reason=c.runner_reason or default)
 
 
 async def _env_fault(
@@ -228,7 +244,7 @@ async def _env_fault(
     declared environment and the unpatched repo fails the same way (for an unpatched
     candidate its own run is that run)."""
     repo = job.candidate.repo
-    if job.runner != "pytest" or repo is None:
+    if (job.runner != "pytest" and job.runner not in runners.OWN_RUNNERS) or repo is None:
         return None
     names = await in_thread(lambda: top_level_names(import_roots(repo)))
     defines = await in_thread(repo_defines, repo, wanted(run.evidence))
