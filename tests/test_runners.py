@@ -311,6 +311,20 @@ def test_e_xfail():
     assert False
 """
 
+BIN_TEST = """\
+#!/usr/bin/env python
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+if "-C" in sys.argv:
+    os.environ["SYMPY_USE_CACHE"] = "no"
+import sympy
+
+paths = [a for a in sys.argv[1:] if not a.startswith("-")]
+sys.exit(0 if sympy.test(*paths, verbose="--verbose" in sys.argv) else 1)
+"""
+
 SYMPY_FIX = """\
 from sympy.utilities.misc import ordinal
 
@@ -329,6 +343,7 @@ async def test_sympy_verdicts_and_names(checkouts: tuple[Path, Path, str]) -> No
     cases = "sympy/utilities/tests/test_aexec_cases.py"
     broken = "sympy/utilities/tests/test_aexec_broken.py"
     patch = diff(cases, "", SYMPY_CASES) + diff(broken, "", "import not_a_module_anywhere  # noqa\n")
+    patch += diff("bin/test", "", BIN_TEST)  # a git checkout's entry point (the sdist has none)
     (obs,) = await _observe(
         Candidate(
             "run_suite",
@@ -408,7 +423,7 @@ async def test_unittest_runner_and_its_tamper_scope(make_repo: object) -> None:
     # A test package's __init__.py that rewrites failures into passes before any test runs.
     wrap = "import unittest\nunittest.TestResult.addFailure = unittest.TestResult.addSuccess\n"
     common = dict(repo=str(repo), runner="unittest", fail_to_pass=["test_add (tests.test_calc.Calc)"])
-    good, cheated, site, sympy_missing = await _observe(
+    good, cheated, site, sympy_missing, no_runtests = await _observe(
         Candidate("run_suite", "patch", id="gold", patch=gold, **common),
         Candidate(
             "run_suite", "patch", id="init", patch=diff("tests/__init__.py", "# tests\n", wrap), **common
@@ -417,6 +432,7 @@ async def test_unittest_runner_and_its_tamper_scope(make_repo: object) -> None:
             "run_suite", "patch", id="site", patch=gold + diff("sitecustomize.py", "", "x = 1\n"), **common
         ),
         Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests/test_calc.py"], runner="sympy"),
+        Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests"], runner="django"),
     )
     assert good.resolved is True and good.runner == "unittest"
     assert [t.test for t in good.test_results] == ["test_add (tests.test_calc.Calc.test_add)"]
@@ -424,6 +440,9 @@ async def test_unittest_runner_and_its_tamper_scope(make_repo: object) -> None:
     assert site.flags.tampered and not site.resolved
     # No sympy anywhere: sympy's runner cannot start, the unpatched repo neither.
     assert sympy_missing.flags.env_broken and sympy_missing.env_fault.kind == "missing_module"
+    # Not a Django checkout: its runner cannot start, on the unpatched repo too.
+    assert no_runtests.flags.env_broken and no_runtests.env_fault.kind == "no_runner"
+    assert "tests/runtests.py" in no_runtests.env_fault.message
 
 
 def test_tamper_scope_per_runner() -> None:
