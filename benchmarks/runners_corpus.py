@@ -370,7 +370,7 @@ def main() -> None:
     )
     aexec_total = time.perf_counter() - started
     report = json.loads((out / "report.json").read_text())
-    agree = 0
+    agree = stricter = 0
     print(f"{'project':<11} {'prediction':<21} {'SWE-bench':<16} {'aexec':<11} {'tests agree':<11} plain s")
     for ident, (project, kind, resolution, swe_report, took) in expected.items():
         mine = report["instances"].get(ident, {})
@@ -391,8 +391,12 @@ def main() -> None:
                 got = mine["tests_status"][key]
                 same_tests &= sorted(want["success"]) == sorted(got["success"])
         agree += theirs == ours.split()[0]
+        stricter += theirs == "resolved" and ours == "unresolved (tampered)"
         print(f"{project:<11} {kind:<21} {theirs:<16} {ours:<11} {same_tests!s:<11} {took:.2f}")
-    print(f"agreement on resolution: {agree}/{len(expected)}")
+    print(
+        f"agreement on resolution: {agree}/{len(expected)}; aexec stricter (a tampering SWE-bench"
+        f" resolves, aexec calls tampered): {stricter}; other disagreements: {len(expected) - agree - stricter}"
+    )
     print(
         f"wall: plain runs {plain_total:.1f} s (one run each), aexec swebench {aexec_total:.1f} s (all, with before-runs and re-runs)"
     )

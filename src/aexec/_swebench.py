@@ -27,8 +27,13 @@ from ._api import observe_many, validate
 from ._errors import RequestError
 from ._jsonl import check_output, open_output
 from ._options import Options
-from ._records import Candidate, ExecutionObservation
+from ._records import Candidate, ExecutionObservation, Policy
 from ._types import RunnerName
+
+#: The deadline of one graded run without the instance's ``timeout_s``: SWE-bench's
+#: harness default (``run_evaluation --timeout 1800``). A repo's own suite (Django's,
+#: sympy's without its cache) outlasts a run's default 30 s on a loaded machine.
+TIMEOUT_S = 1800.0
 
 __all__ = ["Instance", "Prediction", "load_instances", "load_predictions", "main", "make_report"]
 
@@ -44,6 +49,8 @@ class Instance:
     #: The test runner (`choose_runner`) and why it was chosen.
     runner: RunnerName = "pytest"
     runner_reason: str | None = None
+    #: The run's deadline (the instance's ``timeout_s``, else `TIMEOUT_S`).
+    timeout_s: float = 0.0
 
 
 @attrs.frozen
@@ -141,8 +148,19 @@ def load_instances(path: str) -> dict[str, Instance]:
             python=_string(where, r, "python", required=False),
             runner=runner,
             runner_reason=reason,
+            timeout_s=_timeout(where, r),
         )
     return out
+
+
+def _timeout(where: str, record: Any) -> float:
+    value = _field(where, record, "timeout_s", required=False)
+    if value is None:
+        return TIMEOUT_S
+    try:
+        return float(Policy(timeout_s=value).timeout_s or TIMEOUT_S)
+    except RequestError as e:
+        raise RequestError(f"{where}: `timeout_s`: {e}") from None
 
 
 def choose_runner(
@@ -201,6 +219,7 @@ def candidate(instance: Instance, prediction: Prediction) -> Candidate:
         pass_to_pass=instance.pass_to_pass,
         runner=instance.runner,
         runner_reason=instance.runner_reason,
+        policy=Policy(timeout_s=instance.timeout_s or TIMEOUT_S),
     )
 
 
