@@ -495,3 +495,38 @@ def test_names_labels_and_the_runner_of_an_instance() -> None:
         Candidate("run_suite", "test_subset", repo=".", runner="nose")  # type: ignore[arg-type]
     with pytest.raises(RequestError, match="is for a Python run_suite"):
         check(Candidate("run_entry", "command", command=["true"], runner="django"))
+
+
+def test_aexec_swebench_grades_a_unittest_instance(make_repo: object, tmp_path: Path) -> None:
+    """``aexec swebench`` end to end on a plain-unittest project: the runner is chosen
+    from the expected names, recorded with its reason, and the gold patch resolves."""
+    import json
+
+    from aexec import Options
+    from aexec._swebench import main
+
+    repo = make_repo({"calc.py": "def add(a, b):\n    return a - b\n", "tests/__init__.py": "# tests\n"})  # type: ignore[operator]
+    test_patch = diff("tests/test_calc.py", "", UNITTEST_CASES)
+    gold = diff("calc.py", "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n")
+    instances = tmp_path / "instances.json"
+    instances.write_text(
+        json.dumps(
+            [
+                {
+                    "instance_id": "calc-1",
+                    "repo": str(repo),
+                    "test_patch": test_patch,
+                    "FAIL_TO_PASS": json.dumps(["test_add (tests.test_calc.Calc)"]),
+                    "PASS_TO_PASS": "[]",
+                }
+            ]
+        )
+    )
+    preds = tmp_path / "preds.json"
+    preds.write_text(json.dumps([{"instance_id": "calc-1", "model_name_or_path": "m", "model_patch": gold}]))
+    out = tmp_path / "report.json"
+    assert main(str(preds), str(instances), str(out), options=Options(cache_dir=None)) == 0
+    report = json.loads(out.read_text())
+    assert report["resolved_ids"] == ["calc-1"]
+    entry = report["instances"]["calc-1"]
+    assert entry["runner"] == "unittest" and "unittest names" in entry["runner_reason"]
