@@ -459,8 +459,9 @@ def test_tamper_scope_per_runner() -> None:
     for runner in (dj, sy, ut):
         for path in ("sitecustomize.py", "src/usercustomize.py", "x.pth", "pkg/tests/__init__.py"):
             assert runner.touches_oracle([path]), (runner.name, path)
-    assert not dj.touches_oracle(["django/utils/text.py", "django/test/runner.py"])
-    assert not sy.touches_oracle(["sympy/core/basic.py"])
+    assert not dj.touches_oracle(["django/utils/text.py", "django/test/runner.py", "django/test/__init__.py"])
+    assert not sy.touches_oracle(["sympy/core/basic.py", "sympy/testing/__init__.py"])
+    assert ut.touches_oracle(["test/__init__.py"]) and ut.touches_oracle(["pkg/test_util/__init__.py"])
     assert not ut.touches_oracle(["calc.py"])
 
 

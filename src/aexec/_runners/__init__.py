@@ -59,9 +59,12 @@ _DIFF_PATH = re.compile(r"^diff --git a/.* b/(.*)$", re.M)
 
 
 def _is_test_package_init(path: str) -> bool:
+    """A package of tests' ``__init__.py``: under a ``tests`` or ``test_*`` directory, or a
+    top-level ``test`` one (not a framework's ``django/test/`` or ``sympy/testing/``)."""
     parts = path.split("/")
-    return parts[-1] == "__init__.py" and any(
-        p in ("tests", "test", "testing") or p.startswith("test") for p in parts[:-1]
+    dirs = parts[:-1]
+    return parts[-1] == "__init__.py" and (
+        any(p == "tests" or p.startswith("test_") for p in dirs) or dirs[:1] == ["test"]
     )
 
 
