@@ -12,7 +12,7 @@ import pytest
 import aexec
 from aexec import Candidate
 from aexec._boundary.supervise import Invocation
-from aexec._records import RawRun
+from aexec._raw import RawRun
 from aexec._wire import Instructions
 from aexec.testing import ScriptedSupervisor, pytest_run, scripted_observer
 

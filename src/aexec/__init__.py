@@ -19,6 +19,7 @@ from ._boundary.supervise import Invocation, LocalSupervisor, Supervisor
 from ._errors import AexecError, ProbeCallError, RequestError
 from ._options import Options
 from ._pipeline.observer import Observer
+from ._raw import RawRun
 from ._records import (
     Candidate,
     Environment,
@@ -27,7 +28,6 @@ from ._records import (
     Flags,
     FsBoundary,
     Policy,
-    RawRun,
     ResourceUsage,
     TestResult,
 )

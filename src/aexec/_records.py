@@ -26,16 +26,17 @@ from ._types import (
     MIN_RAM_MIB,
     PLUGIN_LOADING,
     REQUEST_TYPES,
+    RUNNER_NAMES,
     ArtifactShape,
     FailureClass,
     LanguageName,
     Mode,
     PluginLoading,
     RequestType,
+    RunnerName,
     TestVerdict,
     Verdict,
 )
-from ._wire import Record
 
 __all__ = [
     "Candidate",
@@ -48,7 +49,6 @@ __all__ = [
     "Flags",
     "FsBoundary",
     "Policy",
-    "RawRun",
     "ResourceUsage",
     "TableChange",
     "TestResult",
@@ -133,6 +133,10 @@ class Candidate:
     #: A declared environment aexec builds (``aexec._environments``), instead of ``python``.
     environment: EnvSpec | None = None
 
+    #: A Python ``run_suite``'s test runner (`aexec._runners`) and why it was chosen.
+    runner: RunnerName = "pytest"
+    runner_reason: str | None = None
+
     def __attrs_post_init__(self) -> None:
         _check_candidate(self)
 
@@ -159,7 +163,7 @@ def _check_candidate(c: Candidate) -> None:
             raise RequestError(f"id must be a string or an integer, got {type(c.id).__name__}")
         if isinstance(c.id, str):
             _valid_text("id", c.id)
-    for name in ("code", "patch", "test_patch"):
+    for name in ("code", "patch", "test_patch", "runner_reason"):
         if getattr(c, name) is not None:
             _valid_text(name, getattr(c, name))
     for name in ("repo", "python"):
@@ -173,6 +177,8 @@ def _check_candidate(c: Candidate) -> None:
             raise RequestError(f"{name} must be a list of strings, got {type(value).__name__}")
         for i, item in enumerate(value):
             _valid_text(f"{name}[{i}]", item, path=name == "command")
+    if c.runner not in RUNNER_NAMES:
+        raise RequestError(f"unknown runner {c.runner!r} (expected one of {', '.join(RUNNER_NAMES)})")
     if not isinstance(c.policy, Policy):
         raise RequestError(f"policy must be an aexec.Policy, got {type(c.policy).__name__}")
     if c.environment is not None and not isinstance(c.environment, EnvSpec):
@@ -379,22 +385,5 @@ class ExecutionObservation:
     expected_unmatched: tuple[UnmatchedTest, ...] | None = None
     #: Set with ``flags.env_broken``: the environment's fault and the evidence for it.
     env_fault: EnvFault | None = None
-
-
-@attrs.frozen
-class RawRun:
-    """What the runtime returned, uninterpreted."""
-
-    exit_code: int | None
-    signal: int | None
-    timed_out: bool
-    duration: float
-    stdout: str
-    stderr: str
-    records: tuple[Record, ...]
-    #: Lines of the report that were not records (the driver never writes one).
-    bad_records: int
-    cpu_s: float | None
-    peak_ram_mib: int | None
-    #: The run's memory cgroup killed a process of it.
-    oom_killed: bool = False
+    runner: str | None = None  # a Python run_suite's runner, and why it was chosen
+    runner_reason: str | None = None

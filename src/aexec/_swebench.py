@@ -12,6 +12,7 @@ report SWE-bench's ``make_run_report`` writes (schema 2), plus per-instance deta
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -22,12 +23,19 @@ from typing import Any
 import anyio
 import attrs
 
+from . import _runners as runners
 from ._api import observe_many, validate
 from ._environments.spec import EnvSpec, from_json
 from ._errors import RequestError
 from ._jsonl import check_output, open_output
 from ._options import Options
-from ._records import Candidate, ExecutionObservation
+from ._records import Candidate, ExecutionObservation, Policy
+from ._types import RunnerName
+
+#: The deadline of one graded run without the instance's ``timeout_s``: SWE-bench's
+#: harness default (``run_evaluation --timeout 1800``). A repo's own suite (Django's,
+#: sympy's without its cache) outlasts a run's default 30 s on a loaded machine.
+TIMEOUT_S = 1800.0
 
 __all__ = ["Instance", "Prediction", "load_instances", "load_predictions", "main", "make_report"]
 
@@ -44,6 +52,11 @@ class Instance:
     environment: EnvSpec | None = None
     #: SWE-bench's test command for it, as data (``test_cmd``, or the spec's).
     test_cmd: str | None = None
+    #: The test runner (`_runners.choose_runner`) and why it was chosen.
+    runner: RunnerName = "pytest"
+    runner_reason: str | None = None
+    #: The run's deadline (the instance's ``timeout_s``, else `TIMEOUT_S`).
+    timeout_s: float = 0.0
 
 
 @attrs.frozen
@@ -145,15 +158,21 @@ def load_instances(path: str, *, specs: str | None = None) -> dict[str, Instance
         elif table is not None and python is None:
             environment, spec_cmd = _from_specs(where, r, ident, checkout, table)
             test_cmd = test_cmd or spec_cmd
+        f2p, p2p = _node_ids(where, r, "FAIL_TO_PASS"), _node_ids(where, r, "PASS_TO_PASS")
+        exists = functools.partial(_exists, checkout)
+        runner, reason = runners.choose_runner(ident, exists, test_cmd, (*f2p, *p2p))
         out[ident] = Instance(
             instance_id=ident,
             repo=checkout,
             test_patch=_string(where, r, "test_patch", required=False) or None,
-            fail_to_pass=_node_ids(where, r, "FAIL_TO_PASS"),
-            pass_to_pass=_node_ids(where, r, "PASS_TO_PASS"),
+            fail_to_pass=f2p,
+            pass_to_pass=p2p,
             python=python,
             environment=environment,
             test_cmd=test_cmd,
+            runner=runner,
+            runner_reason=reason,
+            timeout_s=_timeout(where, r),
         )
     return out
 
@@ -169,6 +188,20 @@ def _from_specs(where: str, r: Any, ident: str, checkout: str, table: Any) -> tu
         raise RequestError(f"{where}: no `repo_name`, and the id is not SWE-bench's owner__name-N")
     entry = lookup(table, name, str(version), lambda p: os.path.isfile(os.path.join(checkout, p)))
     return entry.environment, entry.test_cmd
+
+
+def _timeout(where: str, record: Any) -> float:
+    value = _field(where, record, "timeout_s", required=False)
+    if value is None:
+        return TIMEOUT_S
+    try:
+        return float(Policy(timeout_s=value).timeout_s or TIMEOUT_S)
+    except RequestError as e:
+        raise RequestError(f"{where}: `timeout_s`: {e}") from None
+
+
+def _exists(checkout: str, path: str) -> bool:
+    return os.path.isfile(os.path.join(checkout, path))
 
 
 def load_predictions(path: str) -> dict[str, Prediction]:
@@ -200,6 +233,9 @@ def candidate(instance: Instance, prediction: Prediction) -> Candidate:
         test_patch=instance.test_patch,
         fail_to_pass=instance.fail_to_pass,
         pass_to_pass=instance.pass_to_pass,
+        runner=instance.runner,
+        runner_reason=instance.runner_reason,
+        policy=Policy(timeout_s=instance.timeout_s or TIMEOUT_S),
     )
 
 
@@ -225,6 +261,8 @@ def _detail(instance: Instance, prediction: Prediction, obs: ExecutionObservatio
         "tests_status": status,
         "expected_unmatched": [attrs.asdict(u) for u in obs.expected_unmatched or ()],
         "verdict": obs.verdict,
+        "runner": obs.runner,
+        "runner_reason": obs.runner_reason,
         "flags": attrs.asdict(obs.flags),
         "failure": None if obs.failure is None else attrs.asdict(obs.failure),
         "error": obs.error,

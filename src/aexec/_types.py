@@ -39,6 +39,9 @@ ARTIFACT_SHAPES: Final[tuple[ArtifactShape, ...]] = (
 )
 
 LANGUAGE_NAMES: Final[tuple[LanguageName, ...]] = ("python", "c", "cpp", "rust", "java", "javascript", "sql")
+#: The Python test runners of a ``run_suite`` (a request's ``runner``; `aexec._runners`).
+RunnerName = Literal["pytest", "unittest", "django", "sympy"]
+RUNNER_NAMES: Final[tuple[RunnerName, ...]] = ("pytest", "unittest", "django", "sympy")
 
 #: The failure-class vocabulary in the spec's order (§3.5): the order tables print it in.
 FAILURE_CLASSES: Final[tuple[FailureClass, ...]] = get_args(FailureClass)

@@ -28,7 +28,9 @@ BOX_FAILED = 125
 #: The most of the report file that is read back.
 REPORT_CAP_BYTES = 16 * 1024 * 1024
 
-Runner = Literal["pytest", "snippet", "command", "compile_snippet", "compile_tree", "steps"]
+Runner = Literal[
+    "pytest", "snippet", "command", "compile_snippet", "compile_tree", "steps", "unittest", "django", "sympy"
+]
 #: Of each step's stdout and stderr, the report keeps this many characters: the first
 #: and the last half of it, with `CUT_MARKER` between them when more was written.
 STEP_STREAM_CAP = 64 * 1024
@@ -95,6 +97,8 @@ class Instructions(TypedDict):
     #: ``cgroup.procs`` files the run's outer process joins.
     cgroups: list[str]
     snippet: str | None
+    #: A ``command``'s argv; for the ``unittest``, ``django`` and ``sympy`` runners, the
+    #: command they stand for (``-m unittest -v …``, ``tests/runtests.py …``, ``bin/test …``).
     argv: list[str]
     pytest_args: list[str]
     #: Modules a build check imports after compiling the tree.

@@ -33,7 +33,7 @@ from ._boundary.supervise import Invocation
 from ._options import Options
 from ._pipeline.observer import Observer
 from ._pipeline.toolchain import _PROBE, Toolchain, stamp
-from ._records import RawRun
+from ._raw import RawRun
 from ._wire import Instructions, Record
 
 __all__ = ["Script", "ScriptedSupervisor", "pytest_run", "raw_run", "scripted_observer", "snippet_run"]

@@ -20,7 +20,7 @@ SRC = Path(aexec.__file__).parent
 #: listed before it.
 LAYERS: list[tuple[str, list[str]]] = [
     ("0 wire and facts", ["_version", "_wire", "_types", "_errors", "_log"]),
-    ("1 records and options", ["_environments", "_environments.spec", "_records", "_options"]),
+    ("1 records and options", ["_environments", "_environments.spec", "_records", "_raw", "_options"]),
     (
         "2 pure stages",
         [
@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_languages.cargo",
             "_languages.sql",
             "_languages",
+            "_runners",
             "_stages",
             "_stages.classify",
             "_stages.policy",
@@ -117,7 +118,8 @@ ORDER = {m: (i, j) for i, (_, mods) in enumerate(LAYERS) for j, m in enumerate(m
 PURE = {
     m
     for m in ORDER
-    if m.startswith(("_stages", "_languages")) or m in ("_version", "_wire", "_types", "_errors", "_records")
+    if m.startswith(("_stages", "_languages", "_runners"))
+    or m in ("_version", "_wire", "_types", "_errors", "_records", "_raw")
 }
 IO_MODULES = {"anyio", "subprocess", "shutil", "tempfile", "socket", "asyncio", "trio"}
 OPTIONAL = {m for m in ORDER if ORDER[m][0] == 6}

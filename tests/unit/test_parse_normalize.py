@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from aexec._records import RawRun
+from aexec._raw import RawRun
 from aexec._stages.normalize import error_class, failures
 from aexec._stages.parse import parse, traceback_from_text
 

@@ -69,7 +69,7 @@ def _part(name: str, **given: Any) -> Any:
 if TYPE_CHECKING:
     from .. import _wire as wire
     from .._wire import Instructions
-    from ._driver import kernel, plugin, pyc, reporting, runners, seccomp, serve, template, view
+    from ._driver import kernel, plugin, pyc, reporting, runners, seccomp, serve, suites, template, view
 else:
     wire = _load(os.path.join(os.path.dirname(_HERE), "_wire.py"), "_aexec_wire")
     reporting = _part("reporting", wire=wire)
@@ -79,6 +79,8 @@ else:
     seccomp = _part("seccomp", kernel=kernel)
     plugin = _part("plugin", wire=wire, reporting=reporting)
     runners = _part("runners", wire=wire, reporting=reporting, plugin=plugin)
+    suites = _part("suites", wire=wire, reporting=reporting)
+    runners.RUNNERS.update(suites.RUNNERS)
     serve = _part("serve", wire=wire, kernel=kernel, runners=runners, template=template)
     pyc = _part("pyc")
 
@@ -96,8 +98,9 @@ def run_candidate(spec: Instructions) -> None:
     report = reporting.Report(spec["report"])
     kernel.apply_limits(spec)
     runner = spec["runner"]
-    if runner == "pytest":
-        # pytest and its plugins get the interpreter's whole shutdown, as plain pytest does.
+    if runner == "pytest" or runner in suites.RUNNERS:
+        # A test runner (pytest and its plugins, unittest, Django, sympy) gets the
+        # interpreter's whole shutdown, as the plain command does.
         sys.exit(runners.RUNNERS[runner](spec, report))
     for name in runners.FIRST_USE_IMPORTS:
         __import__(name)

@@ -25,7 +25,7 @@ import anyio.abc
 import attrs
 
 from .._log import get_logger
-from .._records import RawRun
+from .._raw import RawRun
 from .._types import STREAM_CAP_BYTES, TRUNCATION_MARKER
 from .._wire import REPORT_CAP_BYTES, Record, decode_report
 from .cgroups import Caps

@@ -25,6 +25,7 @@ import anyio
 import attrs
 
 from .. import _languages as langs
+from .. import _runners as runners
 from .._boundary import DRIVER
 from .._boundary.cgroups import Caps
 from .._boundary.forkserver import ForkServer
@@ -50,7 +51,7 @@ from .._boundary.trees import (
     without,
 )
 from .._errors import AexecError
-from .._records import RawRun
+from .._raw import RawRun
 from .._stages.assemble import Run
 from .._stages.envfault import defined_in, wanted
 from .._stages.judge import Outcome
@@ -320,7 +321,7 @@ def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
         scratch.root, prep.before, own_files(job, prep.written), baseline(job, prep.written, prep.touched)
     )
     defines: frozenset[tuple[str, str]] = frozenset()
-    if job.runner == "pytest" and c.repo is not None:
+    if runners.python_suite(job.runner) and c.repo is not None:
         defines = frozenset(repo_defines(c.repo, wanted(evidence)))
     run = Run(
         evidence=evidence,

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from .. import _runners as runners
 from .. import _serde
 from .._boundary.admission import Admission
 from .._boundary.bytecode import compile_bytecode, prune, touch
@@ -207,7 +208,7 @@ class Session:
             language_toolchain=None if lang is None else lang.fingerprint,
         )
         patches, modules = Patches(), frozenset[str]()
-        if candidate.patch is not None or candidate.test_patch is not None or runner == "pytest":
+        if candidate.patch is not None or candidate.test_patch is not None or runners.python_suite(runner):
             patches, modules = await in_thread(_read, candidate, runner)
         return Job(
             index,
@@ -296,7 +297,7 @@ def _read(candidate: Candidate, runner: Runner) -> tuple[Patches, frozenset[str]
         except PatchError as e:
             unreadable = str(e)
     modules: frozenset[str] = frozenset()
-    if runner == "pytest" and candidate.repo is not None:
+    if runners.python_suite(runner) and candidate.repo is not None:
         modules = frozenset(top_level_names(import_roots(candidate.repo)))
     return Patches(tuple(touched), tuple(oracle), unreadable, oracle_unreadable), modules
 

@@ -78,7 +78,7 @@ def plan(candidate: Candidate, mode: Mode) -> Runner:
     if mode == "test_execution":
         if candidate.repo is None:
             raise RequestError("run_suite needs `repo`")
-        return "pytest"
+        return candidate.runner
     if mode == "compile_parse":
         if candidate.code is not None:
             return "compile_snippet"
@@ -92,7 +92,7 @@ def plan(candidate: Candidate, mode: Mode) -> Runner:
     if candidate.command is not None:
         return "pytest" if pytest_command(candidate.command, candidate.python) is not None else "command"
     if candidate.repo is not None and candidate.tests:
-        return "pytest"
+        return candidate.runner
     raise RequestError(f"{candidate.request_type} ({mode}) needs `code` or `command`")
 
 
@@ -100,6 +100,10 @@ def check_language(candidate: Candidate) -> None:
     """A language beyond Python answers a ``snippet``'s ``build_check`` or ``run_entry``,
     and, for the languages with a suite runner, ``run_suite`` of a ``repo``."""
     lang = candidate.language
+    if candidate.runner != "pytest" and (lang != "python" or candidate.request_type != "run_suite"):
+        raise RequestError(
+            f"runner {candidate.runner!r} is for a Python run_suite, not {lang} {candidate.request_type}"
+        )
     if lang == "python":
         return
     if candidate.request_type == "run_suite" and candidate.repo is not None:

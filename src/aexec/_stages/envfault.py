@@ -18,6 +18,7 @@ import re
 import tomllib
 from collections.abc import Collection, Iterable
 
+from .. import _runners as runners
 from .._records import EnvFault
 from .assemble import PYTEST_FILES, Run, ran_tests
 from .normalize import failures
@@ -29,7 +30,7 @@ _NOT_FOUND = re.compile(r"^ERROR: (?:file or directory )?not found", re.M)
 #: What a candidate's patch may change that pytest reads at start.
 _START_FILES = PYTEST_FILES | {"tox.ini", "setup.cfg", "pyproject.toml"}
 #: Kinds whose message names what is missing: the unpatched run must miss the same.
-_NAMED = ("missing_module", "unknown_marker", "missing_fixture")
+_NAMED = ("missing_module", "unknown_marker", "missing_fixture", "no_runner")
 
 
 def _start_error(stderr: str, cwd: str, stdout: str = "") -> str:
@@ -75,11 +76,12 @@ def env_fault(
     test's file, or a file pytest reads at start. ``repo_defines``: the ``(what, name)``
     of `wanted` that a file of the repo defines (then it is the repo's, not a plugin's).
     """
-    if ev.runner != "pytest" or ev.timed_out or ev.oom_killed or ev.signal is not None:
+    own = ev.runner in runners.OWN_RUNNERS  # unittest, django, sympy: no fixtures, no config
+    if (ev.runner != "pytest" and not own) or ev.timed_out or ev.oom_killed or ev.signal is not None:
         return None
     touched = [posixpath.normpath(p) for p in touched]
     if ran_tests(ev.tests):
-        return _missing_fixtures(ev, touched, repo_defines)
+        return None if own else _missing_fixtures(ev, touched, repo_defines)
     # A conftest that failed to import for another reason than a missing module is pytest
     # refusing to start (below: ``usage``), as when its exception was not read at all.
     errors = [
@@ -101,6 +103,11 @@ def env_fault(
             and m[1].split(".")[0] in ("pytest", "_pytest")
         ):
             return "no_pytest", f"the interpreter cannot import pytest ({e.name}: {e.message})"
+    if own:
+        absent = [e for e in collect if e.is_a("FileNotFoundError") and e.nodeid not in touched]
+        if absent and len(absent) == len(errors):
+            return "no_runner", f"the {ev.runner} runner cannot start: {absent[0].message}"
+        return _collection(ev, collect, touched, repo_modules, repo_defines) if collect else None
     if collect:
         return _collection(ev, collect, touched, repo_modules, repo_defines)
     if any(posixpath.basename(p) in _START_FILES for p in touched):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Collection, Iterable, Mapping
 
+from .. import _runners as runners
 from .._errors import RequestError
 from .._records import Candidate, ExpectedFailures, TestResult, UnmatchedTest
 
@@ -66,6 +67,9 @@ def matches(nodeid: str, ran: Collection[str]) -> list[str]:
     ``_resolve_case``): itself, or, for an id cut short, every id that starts with it."""
     if nodeid in ran:
         return [nodeid]
+    if "::" not in nodeid and runners.unittest_form(nodeid) is not None:
+        # A unittest name in the other form: ``t (m.C)`` is ``t (m.C.t)`` (Python 3.11+).
+        return [t for t in ran if runners.same_test(nodeid, t)]
     return [t for t in ran if t.startswith(nodeid)] if cut_short(nodeid) else []
 
 
@@ -83,6 +87,13 @@ def expected(candidate: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def selection(candidate: Candidate) -> tuple[str, ...] | None:
     """What the run selects: the request's ``tests``; without them, when tests are
     expected, the test files those node ids name (in first-seen order)."""
+    if candidate.runner != "pytest":  # the runner's labels (SWE-bench's test directives)
+        if candidate.tests is not None or not expects(candidate):
+            return candidate.tests
+        suite = runners.get(candidate.runner)
+        return suite.labels(
+            runners.patch_paths(candidate.test_patch), (*expected(candidate)[0], *expected(candidate)[1])
+        )
     if candidate.tests is not None and candidate.language == "python":
         return tuple(dict.fromkeys(_selector(sel) for sel in candidate.tests))
     if candidate.tests is not None:
@@ -110,6 +121,10 @@ def check(candidate: Candidate) -> None:
         raise RequestError("`fail_to_pass` and `pass_to_pass` are both empty: nothing to grade")
     for name in ("fail_to_pass", "pass_to_pass"):
         for i, nodeid in enumerate(getattr(candidate, name) or ()):
+            if candidate.runner != "pytest":
+                if not nodeid.strip():
+                    raise RequestError(f"{name}[{i}] is an empty test name")
+                continue  # the runner's own test names, not paths
             path = nodeid.split("::", 1)[0]
             if not path or path.startswith(("/", "-")) or ".." in path.split("/"):
                 raise RequestError(f"{name}[{i}]: {nodeid!r} is not a node id relative to the repo")
@@ -154,6 +169,8 @@ def _why(nodeid: str, verdicts: Mapping[str, str]) -> str:
     """Why no test that ran answers to the expected ``nodeid``."""
     if not verdicts:
         return "no test ran"
+    if "::" not in nodeid and runners.unittest_form(nodeid) is not None:
+        return "no test that ran has this name (in either unittest form)"
     path = test_file(nodeid)
     if verdicts.get(path) == "errored":
         return f"its file {path} did not collect"

@@ -28,6 +28,7 @@ from typing import Literal, Protocol
 
 import attrs
 
+from .. import _runners as runners
 from .._errors import PatchError
 from .._records import Candidate, EnvFault, Environment, ExecutionObservation
 from .._types import TestVerdict
@@ -143,7 +144,7 @@ def runs_suite(job: Job) -> bool:
     """Does the job run a test suite (pytest, or a language's: ``run_suite`` of a repo)?
     Such a job gets per-test verdicts, the before-run and the confirming re-run."""
     c = job.candidate
-    return job.runner == "pytest" or (c.language != "python" and c.request_type == "run_suite")
+    return runners.python_suite(job.runner) or (c.language != "python" and c.request_type == "run_suite")
 
 
 def first_runs(job: Job) -> tuple[Need, ...]:
@@ -233,6 +234,8 @@ def _tampered(job: Job, results: Results, run: Run) -> bool:
     if c.language != "python":
         sources = run.evidence.test_sources
         guard = touches_suite_oracle(c.language, touched, c.tests, config_changed, sources)
+    elif job.runner in runners.OWN_RUNNERS:  # its test tree, entry point and start-up files
+        guard = runners.get(job.runner).touches_oracle(touched)
     else:
         guard = touches_oracle(touched, c.tests, config_changed)
     return guard or oracle_paths_touched(touched, job.patches.oracle)
@@ -240,7 +243,7 @@ def _tampered(job: Job, results: Results, run: Run) -> bool:
 
 def _fault(job: Job, results: Results) -> tuple[str, str] | None:
     """The believed run's environment fault (`env_fault`), unless the patch tampered."""
-    if job.runner != "pytest" or job.candidate.repo is None:
+    if not runners.python_suite(job.runner) or job.candidate.repo is None:
         return None
     run, defines, _ = _believed(job, results)
     if _tampered(job, results, run):
@@ -312,4 +315,15 @@ def conclude(job: Job, results: Results) -> ExecutionObservation:
         tampered=_tampered(job, results, run),
         fault=_env_fault(job, results),
     )
-    return graded(obs, c)
+    return graded(with_runner(obs, job), c)
+
+
+def with_runner(obs: ExecutionObservation, job: Job) -> ExecutionObservation:
+    """A Python suite's observation names its runner and why it was chosen."""
+    c = job.candidate
+    if not runners.python_suite(job.runner) or c.request_type != "run_suite":
+        return obs
+    default = (
+        "the request's `runner`" if c.runner != "pytest" else "the default: the request names no `runner`"
+    )
+    return attrs.evolve(obs, runner=job.runner, runner_reason=c.runner_reason or default)

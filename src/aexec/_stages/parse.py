@@ -15,7 +15,8 @@ import re
 import attrs
 
 from .. import _languages as langs
-from .._records import RawRun
+from .. import _runners as runners
+from .._raw import RawRun
 from .._types import MESSAGE_CAP_CHARS, TestVerdict
 from .._wire import BOX_FAILED, FRAME_CAP, ExceptionRecord
 from .classify import Runner
@@ -292,7 +293,7 @@ def parse(raw: RawRun, runner: Runner, *, cwd: str, snippet: str | None) -> Evid
         raw.timed_out
         or bool(errors)
         or any(v in ("failed", "errored") for v in tests.values())
-        or (runner == "pytest" and pytest_exit is not None)
+        or ((runner == "pytest" or runner in runners.OWN_RUNNERS) and pytest_exit is not None)
         or exited
     )
     uncertain = raw.bad_records > 0 or (failed_exit and not explained)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from .. import _languages as langs
+from .. import _runners as runners
 from .._records import Environment
 from .._wire import Box, Instructions, Runner, StepSpec
 from .policy import Limits, limits
@@ -322,7 +323,9 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "box": box,
         "cgroups": list(facts.cgroup_procs),
         "snippet": facts.snippet,
-        "argv": list(facts.argv),
+        "argv": runners.get(facts.runner).argv(facts.tests)
+        if facts.runner in runners.OWN_RUNNERS
+        else list(facts.argv),
         "pytest_args": pytest_args(facts),
         "import_modules": modules(facts.touched_sources, facts.import_roots, scratch.work),
         "steps": [],
