@@ -21,7 +21,7 @@ import pytest
 
 from aexec import Candidate, Policy, RequestError, observe_many
 from aexec._runners import RUNNERS, choose_runner, patch_paths, runner_for_instance, same_test
-from aexec._stages.classify import check
+from aexec._stages.classify import route
 
 from .conftest import diff
 
@@ -494,7 +494,7 @@ def test_names_labels_and_the_runner_of_an_instance() -> None:
     with pytest.raises(RequestError, match="unknown runner"):
         Candidate("run_suite", "test_subset", repo=".", runner="nose")  # type: ignore[arg-type]
     with pytest.raises(RequestError, match="is for a Python run_suite"):
-        check(Candidate("run_entry", "command", command=["true"], runner="django"))
+        route(Candidate("run_entry", "command", command=["true"], runner="django"))
 
 
 def test_aexec_swebench_grades_a_unittest_instance(make_repo: object, tmp_path: Path) -> None:
