@@ -168,7 +168,7 @@ def _run_script(spec: Instructions, report: Report, script: str) -> int:
 
 def _exit_status(report: Report, code: Any) -> int:
     status = 0 if code is None else code if isinstance(code, int) else 1
-    if not isinstance(code, int | type(None)):
+    if not isinstance(code, (int, type(None))):
         print(code, file=sys.stderr)
     report.write("end", exitstatus=status)
     return status
