@@ -60,7 +60,10 @@ def preload_pytest() -> None:
         importlib.import_module(f"_pytest.{name}")
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return
-    import importlib.metadata
+    try:
+        import importlib.metadata
+    except ImportError:  # before 3.8 (whose pytest is < 8.4 anyway): plugins left to the run
+        return
 
     # Through pytest's assertion-rewriting import hook, with the plugins' modules marked
     # as pytest marks them: a run's pytest then finds them rewritten, as a cold run
