@@ -145,7 +145,7 @@ def compile_tree(spec: Instructions, report: Report) -> int:
             except (SyntaxError, ValueError) as e:
                 failed += 1
                 report.write("exception", phase="compile", **reporting.describe(e))
-                print("".join(traceback.format_exception_only(e)), end="", file=sys.stderr)
+                print("".join(traceback.format_exception_only(type(e), e)), end="", file=sys.stderr)
     if failed:
         return 1
     for module in spec["import_modules"]:

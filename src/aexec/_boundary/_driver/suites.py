@@ -136,7 +136,7 @@ def _cannot_start(report: Report, entry: str, exc: BaseException) -> int:
 
     report.write("collect_error", nodeid=entry, text=f"{type(exc).__name__}: {exc}")
     report.write("exception", phase="collect", nodeid=entry, **reporting.describe(exc))
-    traceback.print_exception(exc)
+    traceback.print_exception(type(exc), exc, exc.__traceback__)  # 3.6: three arguments
     report.write("end", exitstatus=1)
     return 1
 
