@@ -23,6 +23,7 @@ import pytest
 from aexec import Candidate, ExecutionObservation, Options, observe_many
 from aexec._environments.build import uv_binary
 from aexec._environments.spec import EnvSpec
+from aexec._pipeline.run import DRIVER
 
 from .conftest import diff
 from .test_forkserver import served_pids
@@ -105,6 +106,15 @@ async def test_a_snippet_passes_and_a_crash_is_a_runtime_failure(
     assert f"CPython {VERSIONS[version][0]}" in ok.environment.toolchain_version
     assert crash.verdict == "fail" and crash.failure is not None, crash
     assert crash.failure.failure_class == "runtime" and "ValueError: boom" in crash.failure.message, crash
+    if (int(major), int(minor)) < (3, 8):
+        # Its parts were compiled without their types, once: the code is kept beside them.
+        kept = (
+            Path(DRIVER).parent
+            / "_driver"
+            / "__pycache__"
+            / f"runners.aexec-compat-cpython-{major}{minor}.bin"
+        )
+        assert kept.is_file()
 
 
 LIB = "def double(x):\n    return x + 1\n"

@@ -48,9 +48,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # The driver runs in the candidate's interpreter, as old as CPython 3.6. This file is
 # written so 3.6 runs it as it stands (its annotations quoted); the wire and the parts are
-# typed for 3.11 and, on an interpreter before 3.10, compiled without their types
+# typed for 3.11 (lazily: ``from __future__ import annotations``) and, before 3.8 (no such
+# future on 3.6; no ``Literal``, ``TypedDict`` on 3.7), compiled without their types
 # (``_driver/compat.py``).
-_OLD = sys.version_info < (3, 10)
+_OLD = sys.version_info < (3, 8)
 
 
 def _load(path: "str", name: "str", **given: "Any") -> "Any":

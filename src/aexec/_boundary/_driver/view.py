@@ -29,7 +29,7 @@ import ctypes
 import errno
 import os
 import stat
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..._wire import Box
@@ -161,7 +161,8 @@ HOST = "/.aexec-host/root"
 _host_attached = False
 
 #: (path in the view, what goes there, its source).
-Op: TypeAlias = "tuple[str, str, Any]"  # a string: 3.6 runs this file
+if TYPE_CHECKING:  # annotations only (3.8 cannot subscript tuple)
+    Op = tuple[str, str, Any]
 
 
 def _plan(box: Box, hold: Any) -> tuple[list[Op], list[Op], list[str]]:
