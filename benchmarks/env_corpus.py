@@ -147,7 +147,7 @@ CORPUS = [
     Lib("sqlparse", "0.4.3", "2022-09-23", "3.11", ("tests/test_tokenize.py",), "sqlparse/lexer.py"),
     Lib("tabulate", "0.9.0", "2022-10-06", "3.12", ("test/test_output.py",), "tabulate/__init__.py"),
     Lib("colorama", "0.4.6", "2022-10-25", "3.12", ("colorama/tests/ansi_test.py",), "colorama/ansi.py"),
-    # Their era's Python: aexec's driver needs 3.9 or later (unsupported, said so).
+    # Their era's Python (before the driver ran on 3.6-3.8 these were `unsupported`).
     Lib("six", "1.16.0", "2021-05-06", "3.7", ("test_six.py",), "six.py"),
     Lib("toolz", "0.10.0", "2019-07-10", "3.8", ("toolz/tests/test_itertoolz.py",), "toolz/itertoolz.py"),
 ]

@@ -196,7 +196,7 @@ async def test_unsupported_python_is_env_broken(make_repo: MakeRepo, tmp_path: P
         Candidate(
             "run_suite", "test_subset", id=v, repo=str(repo), tests=("test_p.py",), environment=EnvSpec(v)
         )
-        for v in ("3.99", "3.8")
+        for v in ("3.99", "2.7")
     ]
     cands.append(
         Candidate(
@@ -213,7 +213,7 @@ async def test_unsupported_python_is_env_broken(make_repo: MakeRepo, tmp_path: P
         assert o.verdict == "error" and o.flags.env_broken and o.env_fault is not None, o
         assert o.env_fault.kind == "unsupported"
     assert got[0].env_fault is not None and "Python 3.99: no such interpreter" in got[0].env_fault.message
-    assert got[1].env_fault is not None and "runs on Python 3.9 or later" in got[1].env_fault.message
+    assert got[1].env_fault is not None and "runs on Python 3.6 or later" in got[1].env_fault.message
     assert got[2].env_fault is not None and "conda: gdal" in got[2].env_fault.message
     assert not (tmp_path / "envs" / "envs").exists()  # nothing was built
 

@@ -34,8 +34,6 @@ run it with less. A child that is not pytest ends through `leave`: the interpret
 shutdown as a program can see it, without freeing the driver's heap object by object.
 """
 
-from __future__ import annotations
-
 import contextlib
 import gc
 import json
@@ -48,7 +46,15 @@ from typing import TYPE_CHECKING, Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load(path: str, name: str, **given: Any) -> Any:
+# The driver runs in the candidate's interpreter, as old as CPython 3.6. This file is
+# written so 3.6 runs it as it stands (its annotations quoted); the wire and the parts are
+# typed for 3.11 (lazily: ``from __future__ import annotations``) and, before 3.8 (no such
+# future on 3.6; no ``Literal``, ``TypedDict`` on 3.7), compiled without their types
+# (``_driver/compat.py``).
+_OLD = sys.version_info < (3, 8)
+
+
+def _load(path: "str", name: "str", **given: "Any") -> "Any":
     """The Python file ``path`` as a module kept out of ``sys.modules`` (a candidate's own
     module of that name is never shadowed, and no aexec package is imported), with
     ``given`` in its globals before it runs: the modules it would import from aexec."""
@@ -58,13 +64,23 @@ def _load(path: str, name: str, **given: Any) -> Any:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     module.__dict__.update(given)
-    spec.loader.exec_module(module)
+    if _OLD and name != "_aexec_driver_compat":
+        # Typed for mypy with what this interpreter cannot run: its types taken away.
+        module.__dict__["_aexec_anything"] = _compat.anything
+        exec(_compat.compile_for_old(path), module.__dict__)
+    else:
+        spec.loader.exec_module(module)
     return module
 
 
-def _part(name: str, **given: Any) -> Any:
+def _part(name: "str", **given: "Any") -> "Any":
     return _load(os.path.join(_HERE, "_driver", f"{name}.py"), f"_aexec_driver_{name}", **given)
 
+
+if TYPE_CHECKING:
+    from ._driver import compat as _compat
+elif _OLD:
+    _compat = _load(os.path.join(_HERE, "_driver", "compat.py"), "_aexec_driver_compat")
 
 if TYPE_CHECKING:
     from .. import _wire as wire
@@ -85,7 +101,7 @@ else:
     pyc = _part("pyc")
 
 
-def run_candidate(spec: Instructions) -> None:
+def run_candidate(spec: "Instructions") -> None:
     # The driver's own directory is not the candidate's: take it off sys.path.
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != _HERE]
     sys.path[0:0] = spec["sys_path"]
@@ -107,11 +123,12 @@ def run_candidate(spec: Instructions) -> None:
     ours = set(sys.modules)
     # The driver's own objects are never garbage: the collector no longer walks them
     # (nor, at exit, copies every page of a forked server's heap to do so).
-    gc.freeze()
+    if hasattr(gc, "freeze"):  # 3.7+
+        gc.freeze()
     leave(runners.RUNNERS[runner](spec, report), ours)
 
 
-def leave(code: int, ours: set[str]) -> None:
+def leave(code: "int", ours: "set[str]") -> None:
     """Exit as the interpreter's own shutdown does, as far as a program can tell, without
     tearing down the driver's heap object by object (most of a trivial run's CPU).
 
@@ -141,7 +158,7 @@ def leave(code: int, ours: set[str]) -> None:
     os._exit(code)
 
 
-def _clear_globals(namespace: dict[str, Any]) -> None:
+def _clear_globals(namespace: "dict[str, Any]") -> None:
     """Set a module's globals to None as CPython's ``_PyModule_ClearDict`` does at exit:
     names with one leading underscore first, then all but ``__builtins__``, in order.
     Their objects are freed as their last reference goes (a file flushed, then closed),
@@ -155,7 +172,7 @@ def _clear_globals(namespace: dict[str, Any]) -> None:
                     namespace[name] = None
 
 
-def _flushed() -> bool:
+def _flushed() -> "bool":
     """Flush stdout and stderr as the interpreter does at exit: False if stdout failed."""
     ok = True
     for stream in (sys.stdout, sys.stderr):
@@ -167,7 +184,7 @@ def _flushed() -> bool:
     return ok
 
 
-def box_failed(error: kernel.BoxError) -> None:
+def box_failed(error: "kernel.BoxError") -> None:
     print(f"aexec: the boundary could not be built, nothing ran: {error}", file=sys.stderr)
     os._exit(wire.BOX_FAILED)
 
@@ -202,9 +219,7 @@ def main() -> None:
             init = os.fork()
             if init != 0:
                 _, status = os.waitpid(init, 0)
-                os._exit(
-                    os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-                )
+                os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
         try:
             if not as_init:
                 kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -215,7 +230,7 @@ def main() -> None:
     be_init(spec)
 
 
-def _parent_pid(as_init: bool) -> int:
+def _parent_pid(as_init: "bool") -> "int":
     """The parent's pid as the supervisor knows it. The init of a new PID namespace has
     no parent in it (``getppid()`` is 0), but until it mounts its own /proc, /proc is the
     host's, where its parent is named."""
@@ -232,7 +247,7 @@ def _parent_pid(as_init: bool) -> int:
         return -1
 
 
-def be_init(spec: Instructions) -> None:
+def be_init(spec: "Instructions") -> None:
     """Fork the candidate, reap everything, report its end.
 
     In a PID namespace this process is the init: the candidate is not, so signals it
@@ -259,7 +274,7 @@ def be_init(spec: Instructions) -> None:
         report.write("main", exit=None, signal=sig)
         code = 128 + sig
     else:
-        code = os.waitstatus_to_exitcode(status)
+        code = os.WEXITSTATUS(status)  # exited: WIFSIGNALED is not
         report.write("main", exit=code, signal=None)
     report.write("usage", cpu_s=rusage.ru_utime + rusage.ru_stime, maxrss_kib=rusage.ru_maxrss)
     os._exit(code)

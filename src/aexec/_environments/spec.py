@@ -28,7 +28,7 @@ __all__ = ["INSTALL_MODES", "MIN_PYTHON", "EnvBroken", "EnvSpec", "from_json", "
 
 INSTALL_MODES = ("deps", "none")
 #: The oldest Python aexec's driver runs on (``_boundary/driver.py`` and ``_wire.py``).
-MIN_PYTHON = (3, 9)
+MIN_PYTHON = (3, 6)
 #: The files of a repo whose content decides its dependencies (with ``requirements``).
 SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 

@@ -25,8 +25,14 @@ from .cache import DiskCache, Inflight, in_thread
 #: How long asking an interpreter for its version and packages may take.
 PROBE_TIMEOUT_S = 60.0
 _PROBE = (
-    "import os, sys, json, platform, hashlib, importlib.metadata as m\n"
-    "dists = sorted({f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()})\n"
+    "import os, sys, json, platform, hashlib\n"
+    "try:\n"
+    " import importlib.metadata as m\n"
+    " dists = sorted({f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()})\n"
+    # Before 3.8 (no importlib.metadata): the installed distributions' directory names.
+    "except ImportError:\n"
+    " dists = sorted({'=='.join(e.rsplit('.', 1)[0].split('-')[:2]) for p in sys.path if os.path.isdir(p)"
+    " for e in os.listdir(p) if e.endswith(('.dist-info', '.egg-info'))})\n"
     "pt = [d for d in dists if d.lower().startswith('pytest==')]\n"
     "print(json.dumps({'version': platform.python_implementation() + ' ' + platform.python_version()"
     " + ('; ' + pt[0].replace('==', ' ') if pt else '; no pytest'),"

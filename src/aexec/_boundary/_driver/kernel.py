@@ -105,8 +105,11 @@ def apply_limits(spec: Instructions) -> None:
 
 
 #: clone(2) by number, to fork straight into new namespaces (x86-64 and arm64; elsewhere
-#: the run's outer process unshares them and forks the init, as a cold run does).
+#: the run's outer process unshares them and forks the init, as a cold run does; so too
+#: before 3.7, whose C API has no ``PyOS_BeforeFork`` for `fork_init` to call).
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
+if not hasattr(ctypes.pythonapi, "PyOS_BeforeFork"):
+    SYS_CLONE = None
 #: libc through the Python API's calling convention: the GIL stays held across the
 #: call, as ``os.fork`` holds it across ``fork()``.
 _libc_gil = ctypes.PyDLL(None, use_errno=True)

@@ -32,6 +32,8 @@ def write_bytecode(job: BytecodeJob) -> None:
     import py_compile
     import warnings
 
+    if not hasattr(py_compile, "PycInvalidationMode"):
+        return  # before 3.7 no pyc is checked by hash (a stale one could run): write none
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
     resource.setrlimit(resource.RLIMIT_CPU, (120, 120))
     rewrite: Any = None

@@ -106,7 +106,7 @@ def run_command(spec: Instructions, report: Report) -> int:
     if os.WIFSIGNALED(status):
         report.write("child", exit=None, signal=os.WTERMSIG(status))
         return 128 + os.WTERMSIG(status)
-    code = os.waitstatus_to_exitcode(status)
+    code = os.WEXITSTATUS(status)  # not signaled: exited
     report.write("child", exit=code, signal=None)
     return code
 
@@ -145,7 +145,7 @@ def compile_tree(spec: Instructions, report: Report) -> int:
             except (SyntaxError, ValueError) as e:
                 failed += 1
                 report.write("exception", phase="compile", **reporting.describe(e))
-                print("".join(traceback.format_exception_only(e)), end="", file=sys.stderr)
+                print("".join(traceback.format_exception_only(type(e), e)), end="", file=sys.stderr)
     if failed:
         return 1
     for module in spec["import_modules"]:
@@ -284,7 +284,7 @@ def run_steps(spec: Instructions, report: Report) -> int:
         _, status, _ = os.wait4(proc.pid, 0)
         proc.returncode = 0  # reaped here; keep Popen from waiting for it again
         signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        exit_code = None if signum is not None else os.waitstatus_to_exitcode(status)
+        exit_code = None if signum is not None else os.WEXITSTATUS(status)
         report.write(
             "step",
             name=step["name"],

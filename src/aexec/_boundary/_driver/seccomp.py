@@ -64,7 +64,8 @@ _COMMON = {
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
 }  # fmt: skip
 TABLES: dict[str, dict[str, int]] = {
-    "x86_64": _COMMON | {
+    "x86_64": {  # {**a, ...}, not a | {...}: 3.6 runs this
+        **_COMMON,
         "acct": 163, "add_key": 248, "bpf": 321, "clock_adjtime": 305, "clock_settime": 227,
         "create_module": 174, "delete_module": 176, "fanotify_init": 300, "finit_module": 313,
         "get_kernel_syms": 177, "get_mempolicy": 239, "init_module": 175, "ioperm": 173,
@@ -78,7 +79,8 @@ TABLES: dict[str, dict[str, int]] = {
         "_sysctl": 156, "umount2": 166, "unshare": 272, "uselib": 134, "userfaultfd": 323,
         "ustat": 136, "vhangup": 153, "clone": 56, "personality": 135,
     },
-    "aarch64": _COMMON | {
+    "aarch64": {
+        **_COMMON,
         "acct": 89, "add_key": 217, "bpf": 280, "clock_adjtime": 266, "clock_settime": 112,
         "delete_module": 106, "fanotify_init": 262, "finit_module": 273, "get_mempolicy": 236,
         "init_module": 105, "kcmp": 272, "kexec_file_load": 294, "kexec_load": 104,
@@ -132,7 +134,7 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     if machine == "x86_64":
         body.append((_JGE_K, "eperm", 0, X32_SYSCALL_BIT))
     decided = {table[name]: "eperm" for name in DENIED if name in table}
-    decided |= {table["clone3"]: "enosys", table["clone"]: "clone", table["personality"]: "personality"}
+    decided.update({table["clone3"]: "enosys", table["clone"]: "clone", table["personality"]: "personality"})
 
     def tree(calls: list[tuple[int, str]]) -> None:
         if len(calls) <= 6:

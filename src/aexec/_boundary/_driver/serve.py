@@ -32,6 +32,19 @@ if TYPE_CHECKING:
 # else: the modules are given by the driver's loader (see `aexec._boundary._driver`).
 
 
+def _recv_fds(sock: Any, size: int, most: int) -> tuple[bytes, list[int]]:
+    """``socket.recv_fds`` (3.9+), as 3.6 can: a message and the fds passed with it."""
+    import array
+    import socket
+
+    fds = array.array("i")
+    msg, ancdata, _, _ = sock.recvmsg(size, socket.CMSG_LEN(most * fds.itemsize))
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return msg, list(fds)
+
+
 def preload_pytest() -> None:
     """Import what a cold pytest run imports before the candidate's code: pytest, its
     built-in plugins and — unless the environment turns auto-loading off, as a run's
@@ -47,7 +60,10 @@ def preload_pytest() -> None:
         importlib.import_module(f"_pytest.{name}")
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return
-    import importlib.metadata
+    try:
+        import importlib.metadata
+    except ImportError:  # before 3.8 (whose pytest is < 8.4 anyway): plugins left to the run
+        return
 
     # Through pytest's assertion-rewriting import hook, with the plugins' modules marked
     # as pytest marks them: a run's pytest then finds them rewritten, as a cold run
@@ -169,7 +185,7 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool, Instructi
     while True:
         for key, _ in sel.select():
             if key.fileobj is ctrl:
-                msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 20, 3)
+                msg, fds = _recv_fds(ctrl, 1 << 20, 3)
                 if not msg:
                     os._exit(0)  # aexec is done or gone
                 request = json.loads(msg)

@@ -136,7 +136,7 @@ def _cannot_start(report: Report, entry: str, exc: BaseException) -> int:
 
     report.write("collect_error", nodeid=entry, text=f"{type(exc).__name__}: {exc}")
     report.write("exception", phase="collect", nodeid=entry, **reporting.describe(exc))
-    traceback.print_exception(exc)
+    traceback.print_exception(type(exc), exc, exc.__traceback__)  # 3.6: three arguments
     report.write("end", exitstatus=1)
     return 1
 
@@ -168,7 +168,7 @@ def _run_script(spec: Instructions, report: Report, script: str) -> int:
 
 def _exit_status(report: Report, code: Any) -> int:
     status = 0 if code is None else code if isinstance(code, int) else 1
-    if not isinstance(code, int | type(None)):
+    if not isinstance(code, (int, type(None))):
         print(code, file=sys.stderr)
     report.write("end", exitstatus=status)
     return status

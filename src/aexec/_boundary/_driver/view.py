@@ -161,7 +161,8 @@ HOST = "/.aexec-host/root"
 _host_attached = False
 
 #: (path in the view, what goes there, its source).
-Op = tuple[str, str, Any]
+if TYPE_CHECKING:  # annotations only (3.8 cannot subscript tuple)
+    Op = tuple[str, str, Any]
 
 
 def _plan(box: Box, hold: Any) -> tuple[list[Op], list[Op], list[str]]:
