@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import sys
 import time
 
 import pytest
@@ -116,3 +117,13 @@ async def test_the_cache_key_and_artifact_version_change_with_the_inputs() -> No
     assert len({o.cache_key for o in runs}) == len(variants)
     assert len({o.artifact_version for o in runs}) == len(variants)
     assert [o.stdout for o in runs[:3]] == ["0\n", "3\n", "4\n"]
+
+
+async def test_stdin_reaches_a_command_and_its_children() -> None:
+    argv = [
+        sys.executable,
+        "-c",
+        "import subprocess, sys; subprocess.run([sys.executable, '-c', 'print(input()[::-1])'])",
+    ]
+    obs = await observe(Candidate("run_entry", "command", command=argv, stdin="abc\n"))
+    assert (obs.failure, obs.stdout) == (None, "cba\n"), obs.stderr
