@@ -37,7 +37,7 @@ def artifact_version(
     inputs: str | None = None,
 ) -> str:
     """SHA-256 of what ran: the repo's content hash, the patch, the snippet, the argv, and
-    what it was given (`run_inputs`: stdin and files; nothing without them)."""
+    its `run_inputs` (stdin, files, fetch_files; nothing without them)."""
     h = hashlib.sha256()
     parts = [repo_hash, patch, code, None if command is None else "\0".join(command)]
     for part in parts if inputs is None else [*parts, inputs]:
