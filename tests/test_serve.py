@@ -3,14 +3,15 @@
 One server per module (``python -m aexec serve --port 0``); the client is
 ``sandbox-fusion`` 0.3.7, unchanged: its sync ``run_code`` (requests) and its async
 ``run_code_async`` (aiohttp). For Python, C++, Rust, Java and JavaScript (``nodejs``):
-a pass, a wrong answer, a compile error, a timeout, a crash; ``stdin`` and ``files``
-(which aexec snippets do not take yet) are refused with SandboxFusion's own 422, as is a
-language aexec lacks.
+a pass, a wrong answer, a compile error, a timeout, a crash, ``stdin``, ``files`` in and
+``fetch_files`` out; a language aexec lacks, or a file path that leaves the run's
+directory, is refused with SandboxFusion's own 422.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import re
 import signal
@@ -184,13 +185,94 @@ def test_the_sync_client(server: str, language: str, case: str) -> None:
     check(language, case, run_code(request(language, case), endpoint=server, max_attempts=1))
 
 
+#: Per language: a program that sums the numbers of its stdin, and one that sums those of
+#: the file ``data/in.txt`` and writes the sum to ``sum.txt`` too; each prints the sum.
+SUMS = {
+    "python": (
+        "import sys\nprint(sum(map(int, sys.stdin.read().split())))",
+        "n = sum(map(int, open('data/in.txt').read().split()))\nopen('sum.txt', 'w').write(f'{n}\\n')\nprint(n)",
+    ),
+    "cpp": (
+        '#include <iostream>\nint main() { long s = 0, x; while (std::cin >> x) s += x; std::cout << s << "\\n"; }',
+        '#include <fstream>\n#include <iostream>\nint main() { std::ifstream in("data/in.txt"); long s = 0, x;'
+        ' while (in >> x) s += x; std::ofstream("sum.txt") << s << "\\n"; std::cout << s << "\\n"; }',
+    ),
+    "rust": (
+        "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap();"
+        ' let t: i64 = s.split_whitespace().map(|x| x.parse::<i64>().unwrap()).sum(); println!("{}", t); }',
+        'fn main() { let s = std::fs::read_to_string("data/in.txt").unwrap();'
+        " let t: i64 = s.split_whitespace().map(|x| x.parse::<i64>().unwrap()).sum();"
+        ' std::fs::write("sum.txt", format!("{}\\n", t)).unwrap(); println!("{}", t); }',
+    ),
+    "java": (
+        "import java.util.*;\npublic class Main { public static void main(String[] a) {"
+        " Scanner sc = new Scanner(System.in); long s = 0; while (sc.hasNextLong()) s += sc.nextLong();"
+        " System.out.println(s); } }",
+        "import java.nio.file.*;\npublic class Main { public static void main(String[] a) throws Exception {"
+        ' long s = 0; for (String t : Files.readString(Path.of("data/in.txt")).trim().split("\\\\s+"))'
+        ' s += Long.parseLong(t); Files.writeString(Path.of("sum.txt"), s + "\\n"); System.out.println(s); } }',
+    ),
+    "nodejs": (
+        "const s = require('fs').readFileSync(0, 'utf8');\n"
+        "console.log(s.split(/\\s+/).filter(Boolean).map(Number).reduce((a, b) => a + b, 0))",
+        "const fs = require('fs');\n"
+        "const n = fs.readFileSync('data/in.txt', 'utf8').split(/\\s+/).filter(Boolean).map(Number)"
+        ".reduce((a, b) => a + b, 0);\nfs.writeFileSync('sum.txt', n + '\\n');\nconsole.log(n)",
+    ),
+}
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def stdin_request(language: str) -> RunCodeRequest:
+    return RunCodeRequest(code=SUMS[language][0], language=language, stdin="1 2 3\n4\n", run_timeout=20)
+
+
+def files_request(language: str) -> RunCodeRequest:
+    return RunCodeRequest(
+        code=SUMS[language][1],
+        language=language,
+        files={"data/in.txt": b64("5 6\n7\n")},
+        fetch_files=["sum.txt", "data/in.txt", "never-written.txt"],
+        run_timeout=20,
+    )
+
+
+def check_sum(language: str, resp: Any, total: str, files: dict[str, str]) -> None:
+    where = f"{language}: {resp}"
+    assert resp.status.value == "Success", where
+    assert (resp.run_result.status.value, resp.run_result.stdout) == ("Finished", f"{total}\n"), where
+    assert resp.files == files, where
+
+
+def test_stdin_files_in_and_files_out_in_every_language_through_the_async_client(server: str) -> None:
+    async def all_of_them() -> list[Any]:
+        asks = [stdin_request(lang) for lang in SUMS] + [files_request(lang) for lang in SUMS]
+        return await asyncio.gather(*(run_code_async(r, endpoint=server, max_attempts=1) for r in asks))
+
+    answers = asyncio.run(all_of_them())
+    for lang, resp in zip(SUMS, answers[: len(SUMS)], strict=True):
+        check_sum(lang, resp, "10", {})
+    fetched = {"sum.txt": b64("18\n"), "data/in.txt": b64("5 6\n7\n")}  # the absent one left out
+    for lang, resp in zip(SUMS, answers[len(SUMS) :], strict=True):
+        check_sum(lang, resp, "18", fetched)
+
+
+def test_stdin_and_files_through_the_sync_client(server: str) -> None:
+    check_sum("python", run_code(stdin_request("python"), endpoint=server, max_attempts=1), "10", {})
+    resp = run_code(files_request("cpp"), endpoint=server, max_attempts=1)
+    check_sum("cpp", resp, "18", {"sum.txt": b64("18\n"), "data/in.txt": b64("5 6\n7\n")})
+
+
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
         ({"language": "go"}, "language"),
-        ({"stdin": "1 2\n"}, "stdin"),
-        ({"files": {"in.txt": "aGk="}}, "files"),
-        ({"fetch_files": ["out.txt"]}, "fetch_files"),
+        ({"files": {"../in.txt": "aGk="}}, "files"),
+        ({"files": {"in.txt": "not base64"}}, "files"),
+        ({"fetch_files": ["/etc/passwd"]}, "fetch_files"),
     ],
 )
 def test_what_aexec_cannot_run_gets_sandboxfusions_own_422(

@@ -15,6 +15,7 @@ import attrs
 
 from ._environments.spec import EnvSpec
 from ._errors import RequestError
+from ._inputs import Files, check_inputs, has_inputs, to_files
 from ._types import (
     ARTIFACT_SHAPES,
     DEFAULT_DISK_MIB,
@@ -137,6 +138,11 @@ class Candidate:
     runner: RunnerName = "pytest"
     runner_reason: str | None = None
 
+    #: A run_entry's stdin, files (path → base64) and files read back (`aexec._inputs`).
+    stdin: str | None = None
+    files: Files | None = attrs.field(default=None, converter=to_files)
+    fetch_files: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
+
     def __attrs_post_init__(self) -> None:
         _check_candidate(self)
 
@@ -185,6 +191,9 @@ def _check_candidate(c: Candidate) -> None:
         raise RequestError(f"environment must be an EnvSpec, got {type(c.environment).__name__}")
     if c.environment is not None and (c.python is not None or c.repo is None or c.language != "python"):
         raise RequestError("`environment` needs a Python request with a `repo`, and no `python`")
+    check_inputs(c.stdin, c.files, c.fetch_files)
+    if has_inputs(c.stdin, c.files, c.fetch_files) and c.request_type != "run_entry":
+        raise RequestError("stdin, files and fetch_files are for a run_entry (a snippet or a command)")
 
 
 @attrs.frozen
@@ -387,3 +396,5 @@ class ExecutionObservation:
     env_fault: EnvFault | None = None
     runner: str | None = None  # a Python run_suite's runner, and why it was chosen
     runner_reason: str | None = None
+    #: ``fetch_files`` after the run: path → base64 (None: absent or over its cap).
+    files_out: dict[str, str | None] | None = None

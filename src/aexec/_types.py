@@ -105,3 +105,19 @@ CHANGES_LISTED: Final = 200
 CHANGES_HASH_BYTES: Final = 64 << 20
 CHANGES_DIFF_FILE_BYTES: Final = 64 << 10
 CHANGES_DIFF_CHARS: Final = 8192
+
+# A run's inputs and outputs beside its source (``stdin``, ``files``, ``fetch_files``).
+#: The most standard input a request may carry (UTF-8 bytes).
+MAX_STDIN_BYTES: Final = 8 << 20
+#: ``files``: at most this many, each at most `MAX_FILE_BYTES` decoded, all together at
+#: most `MAX_FILES_BYTES`.
+MAX_FILES: Final = 256
+MAX_FILE_BYTES: Final = 16 << 20
+MAX_FILES_BYTES: Final = 32 << 20
+#: ``fetch_files``: at most this many paths; a file over `MAX_FETCH_BYTES`, or past
+#: `MAX_FETCH_TOTAL_BYTES` of them all, is returned as null.
+MAX_FETCH_FILES: Final = 64
+MAX_FETCH_BYTES: Final = 8 << 20
+MAX_FETCH_TOTAL_BYTES: Final = 16 << 20
+#: The longest path of ``files`` and ``fetch_files`` (characters).
+MAX_INPUT_PATH: Final = 1024

@@ -105,6 +105,8 @@ class Instructions(TypedDict):
     import_modules: list[str]
     #: The ``steps`` runner's steps, in order (languages beyond Python); else empty.
     steps: list[StepSpec]
+    #: The candidate's standard input (the request's ``stdin``), else None: /dev/null.
+    stdin_file: str | None
 
 
 class BytecodeJob(TypedDict):

@@ -20,7 +20,10 @@ SRC = Path(aexec.__file__).parent
 #: listed before it.
 LAYERS: list[tuple[str, list[str]]] = [
     ("0 wire and facts", ["_version", "_wire", "_types", "_errors", "_log"]),
-    ("1 records and options", ["_environments", "_environments.spec", "_records", "_raw", "_options"]),
+    (
+        "1 records and options",
+        ["_environments", "_environments.spec", "_inputs", "_records", "_raw", "_options"],
+    ),
     (
         "2 pure stages",
         [

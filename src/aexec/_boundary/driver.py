@@ -111,6 +111,7 @@ def run_candidate(spec: "Instructions") -> None:
         if box["seccomp"]:
             seccomp.install()  # after no_new_privs, before anything of the candidate's
     os.chdir(spec["cwd"])
+    runners.feed_stdin(spec)
     report = reporting.Report(spec["report"])
     kernel.apply_limits(spec)
     runner = spec["runner"]

@@ -294,3 +294,62 @@ def list_changes(
             diff = text[:CHANGES_DIFF_CHARS]
         out.append(Change(rel, kind, size, digest, diff, cut))
     return tuple(out), max(0, len(paths) - CHANGES_LISTED)
+
+
+# -- a run's files in and out (``files``, ``fetch_files``): never through a link ----------
+
+
+def _open_dir(root: str, parts: list[str], *, make: bool) -> int:
+    """An fd of ``root/parts…``, each part opened without following a link (made if
+    ``make``); raises OSError if one is not a directory."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            if make:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_inside(root: str, rel: str, data: bytes) -> None:
+    """Write ``data`` at ``root/rel`` (a checked relative path), making its directories;
+    no link on the way is followed, so a repo's link cannot send it outside ``root``."""
+    *dirs, name = rel.split("/")
+    dfd = _open_dir(root, dirs, make=True)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, 0o644, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def read_inside(root: str, rel: str, limit: int) -> bytes | None:
+    """The regular file ``root/rel`` if it has at most ``limit`` bytes, else None (absent,
+    not a regular file, a link on the way, or too big); never blocks on a FIFO."""
+    *dirs, name = rel.split("/")
+    try:
+        dfd = _open_dir(root, dirs, make=False)
+    except OSError:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = f.read(limit + 1)
+    return None if len(data) > limit else data

@@ -15,6 +15,7 @@ it once the observation is delivered. Only a failure removes it here.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -45,18 +46,22 @@ from .._boundary.trees import (
     describe_changes,
     list_changes,
     pytest_config,
+    read_inside,
     read_regular,
     snapshot,
     texts_naming,
     without,
+    write_inside,
 )
 from .._errors import AexecError
+from .._inputs import decode_files
 from .._raw import RawRun
 from .._stages.assemble import Run
 from .._stages.envfault import defined_in, wanted
 from .._stages.judge import Outcome
 from .._stages.parse import SNIPPET_NAME, parse, parse_language
 from .._stages.plan import BoxFacts, RunFacts, Scratch, plan
+from .._types import MAX_FETCH_BYTES, MAX_FETCH_TOTAL_BYTES
 from .cache import in_thread
 from .session import Job, Session
 
@@ -239,6 +244,9 @@ def _lay_out(
             apply_patch(scratch, c.test_patch)
         except PatchError as e:
             return Prepared(scratch, refusal=Outcome(oracle_refused=str(e)))
+    for rel, data in decode_files(c.files or ()).items():  # the sources, written next, win
+        write_inside(scratch.work, rel, data)
+    stdin = None if c.stdin is None else write_private(scratch, "stdin", c.stdin)
     snippet = None
     written: dict[str, str] = {}
     if lang is not None:
@@ -277,6 +285,7 @@ def _lay_out(
         request_type=c.request_type,
         lang_tools=() if lang is None else lang.tools,
         autoload=c.pytest_plugins == "auto",
+        stdin_file=stdin,
     )
     the_plan = plan(facts, env)
     lim = the_plan.limits
@@ -334,8 +343,21 @@ def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
         peak_ram_mib=raw.peak_ram_mib,
         changes=changes,
         changes_omitted=omitted,
+        files_out=None if c.fetch_files is None else fetch(scratch.work, c.fetch_files),
     )
     return Outcome(run, prep.config_changed, defines=defines)
+
+
+def fetch(work: str, paths: tuple[str, ...]) -> dict[str, str | None]:
+    """``fetch_files`` after the run: each path's content, base64; None if it is absent,
+    not a regular file, reached through a link, or over its cap (or the total's)."""
+    out: dict[str, str | None] = {}
+    room = MAX_FETCH_TOTAL_BYTES
+    for rel in paths:
+        data = read_inside(work, rel, min(MAX_FETCH_BYTES, room))
+        room -= 0 if data is None else len(data)
+        out[rel] = None if data is None else base64.b64encode(data).decode("ascii")
+    return out
 
 
 def repo_defines(repo: str, want: set[tuple[str, str]]) -> set[tuple[str, str]]:

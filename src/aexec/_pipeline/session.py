@@ -33,7 +33,7 @@ from .._records import Candidate, Environment, ExecutionObservation
 from .._stages import grade
 from .._stages.classify import Classification, Runner
 from .._stages.judge import Outcome, Patches
-from .._stages.keys import artifact_version, bytecode_key, observation_key
+from .._stages.keys import artifact_version, bytecode_key, observation_key, run_inputs
 from .._stages.plan import SYSTEM_PATHS, view_readonly
 from .._stages.policy import declare
 from .._types import TestVerdict
@@ -193,7 +193,9 @@ class Session:
         if built is not None:
             env = attrs.evolve(env, environment_key=built.key, lock_hash=built.lock_hash)
         repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
-        version = artifact_version(repo_hash, candidate.patch, candidate.code, candidate.command)
+        version = artifact_version(
+            repo_hash, candidate.patch, candidate.code, candidate.command, run_inputs(candidate)
+        )
         declared = _serde.unstructure_env(env)
         # One record per distinct environment: every observation holds its own otherwise
         # (~0.6 KiB each, most of what 100,000 observations of one call keep in memory).

@@ -59,12 +59,20 @@ OPENAPI: dict[str, Any] = {
                     "compile_timeout": {"type": "number", "default": 10},
                     "run_timeout": {"type": "number", "default": 10},
                     "memory_limit_MB": {"type": "integer", "default": -1},
-                    "stdin": {"type": "string", "nullable": True, "description": "empty or null only"},
-                    "files": {"type": "object", "description": "empty only"},
+                    "stdin": {
+                        "type": "string",
+                        "nullable": True,
+                        "description": "the program's standard input",
+                    },
+                    "files": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string", "nullable": True},
+                        "description": "relative path → base64 content, written beside the source",
+                    },
                     "fetch_files": {
                         "type": "array",
                         "items": {"type": "string"},
-                        "description": "empty only",
+                        "description": "relative paths read back after the run into the answer's files",
                     },
                 },
             },

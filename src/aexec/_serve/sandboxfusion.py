@@ -18,9 +18,11 @@ observation into SandboxFusion's answer:
 aexec runs a compiled snippet under one deadline for the build and the run, so the
 request's ``compile_timeout + run_timeout`` is that deadline, and a deadline hit is
 reported as the run's (``TimeLimitExceeded``); ``execution_time`` is the whole run's.
-aexec snippets have no standard input and no files beside the source yet: a request with
-a non-empty ``stdin``, ``files`` or ``fetch_files`` is refused (422) rather than run
-without them, which would grade a right answer as wrong.
+``stdin`` is the program's standard input, ``files`` (path → base64) are written beside
+the source before the run, and ``fetch_files`` are read back after it into the answer's
+``files`` (path → base64; a path the run left absent, or over its cap, is left out): the
+request's ``stdin``, ``files`` and ``fetch_files`` (docs/contract.md). A path that leaves
+the run's directory is refused (422 naming the field).
 """
 
 from __future__ import annotations
@@ -104,11 +106,15 @@ def request(body: Any, *, request_id: str | None = None) -> Candidate:
             "language", f"Input should be {expected} (the languages aexec runs)", name, "literal_error"
         )
     language = LANGUAGES[name]
-    if body.get("stdin") not in (None, ""):
-        raise Invalid("stdin", "aexec serve does not feed standard input to a snippet yet", "…")
-    for field in ("files", "fetch_files"):
-        if body.get(field):
-            raise Invalid(field, f"aexec serve does not take {field} yet", sorted(body[field]))
+    stdin = body.get("stdin")
+    files = body.get("files") or None
+    if isinstance(files, dict):  # a path with no content (null) is no file
+        files = {path: data for path, data in files.items() if data is not None} or None
+    elif files is not None:
+        raise Invalid("files", "files must be an object of path → base64 content", None, "dict_type")
+    fetch = body.get("fetch_files") or None
+    if fetch is not None and not isinstance(fetch, list):
+        raise Invalid("fetch_files", "fetch_files must be a list of paths", None, "list_type")
     run = _timeout(body, "run_timeout")
     timeout = run + _timeout(body, "compile_timeout") if language in COMPILED else run
     ram = body.get("memory_limit_MB")
@@ -117,9 +123,19 @@ def request(body: Any, *, request_id: str | None = None) -> Candidate:
             timeout_s=timeout,
             ram_mib=ram if isinstance(ram, int) and not isinstance(ram, bool) and ram > 0 else None,
         )
-        return Candidate("run_entry", "snippet", id=request_id, code=code, language=language, policy=policy)
+        return Candidate(
+            "run_entry",
+            "snippet",
+            id=request_id,
+            code=code,
+            language=language,
+            policy=policy,
+            stdin=stdin or None,
+            files=files,
+            fetch_files=fetch,
+        )
     except RequestError as e:
-        field = str(e).split(" ", 1)[0]
+        field = str(e).split(" ", 1)[0].split(":", 1)[0].split("[", 1)[0]
         raise Invalid(_FIELDS.get(field, field), str(e), None) from None
 
 
@@ -163,7 +179,7 @@ def compiler_text(obs: ExecutionObservation) -> str:
 def response(obs: ExecutionObservation, language: str) -> dict[str, Any]:
     """An observation of a `request`'s candidate → SandboxFusion's ``RunCodeResponse``."""
     out: dict[str, Any] = {"status": "Success", "message": "", "compile_result": None, "run_result": None}
-    out["files"] = {}
+    out["files"] = {path: data for path, data in (obs.files_out or {}).items() if data is not None}
     out["executor_pod_name"] = None
     if obs.verdict == "error":
         out["status"] = "SandboxError"

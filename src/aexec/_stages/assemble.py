@@ -172,6 +172,8 @@ class Run:
     #: ``changed_state`` path by path (`aexec._boundary.trees.list_changes`).
     changes: tuple[Change, ...] = ()
     changes_omitted: int = 0
+    #: The request's ``fetch_files`` read back: path → base64 or None.
+    files_out: dict[str, str | None] | None = None
 
 
 def assemble(
@@ -226,6 +228,7 @@ def assemble(
         aexec_version=head.aexec_version,
         changes=run.changes,
         changes_omitted=run.changes_omitted,
+        files_out=run.files_out,
         changed_tables=tuple(TableChange(t, 0, rows, digest) for t, rows, digest in ev.tables),
         error=None if fault is None else f"environment: {fault.message}",
         env_fault=fault,

@@ -30,14 +30,29 @@ def cache_key(**parts: Any) -> str:
 
 
 def artifact_version(
-    repo_hash: str | None, patch: str | None, code: str | None, command: Iterable[str] | None
+    repo_hash: str | None,
+    patch: str | None,
+    code: str | None,
+    command: Iterable[str] | None,
+    inputs: str | None = None,
 ) -> str:
-    """SHA-256 of what ran: the repo's content hash, the patch, the snippet, the argv."""
+    """SHA-256 of what ran: the repo's content hash, the patch, the snippet, the argv, and
+    its `run_inputs` (stdin, files, fetch_files; nothing without them)."""
     h = hashlib.sha256()
-    for part in (repo_hash, patch, code, None if command is None else "\0".join(command)):
+    parts = [repo_hash, patch, code, None if command is None else "\0".join(command)]
+    for part in parts if inputs is None else [*parts, inputs]:
         h.update(b"-" if part is None else b"+" + part.encode("utf-8", "surrogateescape"))
         h.update(b"\x1e")
     return h.hexdigest()
+
+
+def run_inputs(candidate: Candidate) -> str | None:
+    """What a run is given beside its code (stdin, files) and asked back (fetch_files), as
+    canonical JSON; None without any, so the keys of requests without them are unchanged."""
+    c = candidate
+    if c.stdin is None and not c.files and not c.fetch_files:
+        return None
+    return json.dumps([c.stdin, [list(f) for f in c.files or ()], list(c.fetch_files or ())])
 
 
 def observation_key(
@@ -68,6 +83,8 @@ def observation_key(
         if candidate.request_type == "run_suite":
             command["tests"] = candidate.tests
         toolchain = f"{toolchain}:{language_toolchain}"
+    if run_inputs(candidate) is not None:
+        command["inputs"] = run_inputs(candidate)
     if expects(candidate) or candidate.test_patch is not None:
         command["grading"] = [candidate.test_patch, candidate.fail_to_pass, candidate.pass_to_pass]
     return cache_key(aexec=aexec, code=code, environment=environment, command=command, toolchain=toolchain)
@@ -111,7 +128,7 @@ def unpatched_key(
     return cache_key(
         aexec=aexec,
         role="unpatched",
-        code=artifact_version(repo_hash, None, c.code, c.command),
+        code=artifact_version(repo_hash, None, c.code, c.command, run_inputs(c)),
         environment=environment,
         tests=c.tests,
         runner=runner,

@@ -101,6 +101,8 @@ class RunFacts:
     lang_tools: tuple[tuple[str, str], ...] = ()
     #: pytest auto-loads the interpreter's plugins (entry points), as plain pytest does.
     autoload: bool = True
+    #: The request's ``stdin``, written in the private dir: the candidate's standard input.
+    stdin_file: str | None = None
 
 
 @attrs.frozen
@@ -272,7 +274,7 @@ def lang_steps(
                 "cwd": step.cwd,
                 "env": dict(step.env),
                 "evidence_file": step.evidence_file,
-                "stdin_file": step.stdin_file,
+                "stdin_file": step.stdin_file or (facts.stdin_file if step.runs_candidate else None),
                 "rlimits": {} if own == child or own is None else {"RLIMIT_AS": own},
                 "stdout_is_program": step.runs_candidate,
             }
@@ -329,6 +331,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "pytest_args": pytest_args(facts),
         "import_modules": modules(facts.touched_sources, facts.import_roots, scratch.work),
         "steps": [],
+        "stdin_file": facts.stdin_file,
     }
     if facts.runner == "steps":
         instructions["steps"], child = lang_steps(facts, env, address_space)

@@ -63,6 +63,16 @@ def _keep_globals(path: str, left: dict[str, Any] | None, tb: Any) -> None:
                     return
 
 
+def feed_stdin(spec: Instructions) -> None:
+    """Make the request's stdin (a file: read to its end, it is EOF, never a hang) the
+    candidate's fd 0, in place of /dev/null; ``sys.stdin`` has read nothing yet."""
+    path = spec.get("stdin_file")
+    if path:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        os.dup2(fd, 0)  # the duplicate is inheritable: a command's children read it too
+        os.close(fd)
+
+
 def run_snippet(spec: Instructions, report: Report) -> int:
     import runpy
 
