@@ -53,7 +53,7 @@ def broken_python(where: Path, pth: str) -> str:
 @pytest.mark.parametrize("forkserver", [True, False], ids=["warm", "cold"])
 @pytest.mark.parametrize("breaks", sorted(BREAKS))
 async def test_driver_failing_before_the_candidate_is_an_error(
-    breaks: str, forkserver: bool, tmp_path: Path
+    breaks: str, forkserver: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     python = broken_python(tmp_path / "venv", BREAKS[breaks])
     [obs] = await observe_many(
@@ -65,6 +65,10 @@ async def test_driver_failing_before_the_candidate_is_an_error(
     assert obs.error is not None and "driver failed before the candidate started" in obs.error, obs.error
     assert ("signal" if breaks == "at-load" else "ast") in obs.error
     assert obs.stdout == ""
+    if forkserver:
+        # A driver that cannot load cannot serve either; one that fails in a run's
+        # candidate process failed in a run forked from the fork server.
+        assert ("forkserver_unavailable" in caplog.text) == (breaks == "at-load"), caplog.text
 
 
 @pytest.mark.parametrize("forkserver", [True, False], ids=["warm", "cold"])
