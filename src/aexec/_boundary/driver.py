@@ -34,14 +34,38 @@ run it with less. A child that is not pytest ends through `leave`: the interpret
 shutdown as a program can see it, without freeing the driver's heap object by object.
 """
 
-import contextlib
-import gc
-import json
-import os
-import signal
 import sys
-import traceback
-from typing import TYPE_CHECKING, Any
+
+
+def driver_failed(error: "BaseException") -> "NoReturn":
+    """The driver itself failed before the candidate's code started (a part that does not
+    load, a module of its own interpreter's that does not import): nothing of the candidate
+    ran. Its traceback, then one line naming the driver (the line aexec reports), and the
+    exit status of a run that never started (`wire.BOX_FAILED`, with no ``main`` record)."""
+    try:
+        import traceback
+
+        traceback.print_exception(type(error), error, error.__traceback__)
+        what = "".join(traceback.format_exception_only(type(error), error)).strip().replace("\n", " ")
+    except Exception:  # the interpreter's traceback module may be what is broken
+        what = f"{type(error).__name__}: {error}"
+    print(f"aexec: its driver failed before the candidate started, nothing ran: {what}", file=sys.stderr)
+    sys.stderr.flush()
+    import os
+
+    os._exit(125)  # wire.BOX_FAILED (the wire may be what failed to load)
+
+
+try:
+    import contextlib
+    import gc
+    import json
+    import os
+    import signal
+    import traceback
+    from typing import TYPE_CHECKING, Any
+except Exception as e:
+    driver_failed(e)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -78,49 +102,64 @@ def _part(name: "str", **given: "Any") -> "Any":
 
 
 if TYPE_CHECKING:
-    from ._driver import compat as _compat
-elif _OLD:
-    _compat = _load(os.path.join(_HERE, "_driver", "compat.py"), "_aexec_driver_compat")
+    from typing import NoReturn  # 3.6.2+: not at run time
 
-if TYPE_CHECKING:
     from .. import _wire as wire
     from .._wire import Instructions
+    from ._driver import compat as _compat
     from ._driver import kernel, plugin, pyc, reporting, runners, seccomp, serve, suites, template, view
 else:
-    wire = _load(os.path.join(os.path.dirname(_HERE), "_wire.py"), "_aexec_wire")
-    reporting = _part("reporting", wire=wire)
-    kernel = _part("kernel")
-    view = _part("view", kernel=kernel)
-    template = _part("template", kernel=kernel, view=view)
-    seccomp = _part("seccomp", kernel=kernel)
-    plugin = _part("plugin", wire=wire, reporting=reporting)
-    runners = _part("runners", wire=wire, reporting=reporting, plugin=plugin)
-    suites = _part("suites", wire=wire, reporting=reporting)
-    runners.RUNNERS.update(suites.RUNNERS)
-    serve = _part("serve", wire=wire, kernel=kernel, runners=runners, template=template)
-    pyc = _part("pyc")
+    try:
+        if _OLD:
+            _compat = _load(os.path.join(_HERE, "_driver", "compat.py"), "_aexec_driver_compat")
+        wire = _load(os.path.join(os.path.dirname(_HERE), "_wire.py"), "_aexec_wire")
+        reporting = _part("reporting", wire=wire)
+        kernel = _part("kernel")
+        view = _part("view", kernel=kernel)
+        template = _part("template", kernel=kernel, view=view)
+        seccomp = _part("seccomp", kernel=kernel)
+        plugin = _part("plugin", wire=wire, reporting=reporting)
+        runners = _part("runners", wire=wire, reporting=reporting, plugin=plugin)
+        suites = _part("suites", wire=wire, reporting=reporting)
+        runners.RUNNERS.update(suites.RUNNERS)
+        serve = _part("serve", wire=wire, kernel=kernel, runners=runners, template=template)
+        pyc = _part("pyc")
+    except Exception as e:
+        driver_failed(e)
 
 
-def run_candidate(spec: "Instructions") -> None:
-    # The driver's own directory is not the candidate's: take it off sys.path.
-    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != _HERE]
-    sys.path[0:0] = spec["sys_path"]
-    box = spec["box"]
-    if box:
-        kernel.drop_privileges(box)
-        if box["seccomp"]:
-            seccomp.install()  # after no_new_privs, before anything of the candidate's
-    os.chdir(spec["cwd"])
-    runners.feed_stdin(spec)
-    report = reporting.Report(spec["report"])
-    kernel.apply_limits(spec)
+def run_candidate(spec: "Instructions", started: "int") -> None:
+    """The candidate's process: the boundary's last steps, then the runner. Once the
+    driver's own steps are done it writes one byte to ``started`` (`be_init`'s pipe) and
+    closes it; until then, any failure is the driver's (`driver_failed`)."""
     runner = spec["runner"]
-    if runner == "pytest" or runner in suites.RUNNERS:
+    suite = runner == "pytest" or runner in suites.RUNNERS
+    try:
+        # The driver's own directory is not the candidate's: take it off sys.path.
+        sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != _HERE]
+        sys.path[0:0] = spec["sys_path"]
+        box = spec["box"]
+        if box:
+            kernel.drop_privileges(box)
+            if box["seccomp"]:
+                seccomp.install()  # after no_new_privs, before anything of the candidate's
+        os.chdir(spec["cwd"])
+        runners.feed_stdin(spec)
+        report = reporting.Report(spec["report"])
+        kernel.apply_limits(spec)
+        if not suite:
+            for name in runners.FIRST_USE_IMPORTS:
+                __import__(name)
+        os.write(started, b"S")
+        os.close(started)
+    except kernel.BoxError as e:
+        box_failed(e)
+    except Exception as e:
+        driver_failed(e)
+    if suite:
         # A test runner (pytest and its plugins, unittest, Django, sympy) gets the
         # interpreter's whole shutdown, as the plain command does.
         sys.exit(runners.RUNNERS[runner](spec, report))
-    for name in runners.FIRST_USE_IMPORTS:
-        __import__(name)
     ours = set(sys.modules)
     # The driver's own objects are never garbage: the collector no longer walks them
     # (nor, at exit, copies every page of a forked server's heap to do so).
@@ -255,12 +294,12 @@ def be_init(spec: "Instructions") -> None:
     sends itself behave as usual, and orphans are reaped. Its wait status and rusage
     (the whole tree it reaped) are reported here, where a signal death is still visible.
     """
+    heard, started = os.pipe()
     pid = os.fork()
     if pid == 0:
-        try:
-            run_candidate(spec)
-        except kernel.BoxError as e:
-            box_failed(e)
+        os.close(heard)
+        run_candidate(spec, started)
+    os.close(started)
     view.release_host()
     while True:
         try:
@@ -269,6 +308,19 @@ def be_init(spec: "Instructions") -> None:
             continue
         if reaped == pid:
             break
+    os.set_blocking(heard, False)
+    try:
+        began = os.read(heard, 1) == b"S"
+    except OSError:
+        began = False
+    if not began:
+        # The driver's child ended before the candidate's code started: no `main` record.
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            print(
+                f"aexec: its driver was killed (signal {sig}) before the candidate started", file=sys.stderr
+            )
+        os._exit(wire.BOX_FAILED)
     report = reporting.Report(spec["report"])
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)

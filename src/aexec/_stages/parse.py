@@ -84,7 +84,8 @@ class Evidence:
     parse_uncertain: bool
     #: The run's memory cgroup killed a process of it.
     oom_killed: bool = False
-    #: The driver could not build the boundary; nothing of the candidate ran.
+    #: The driver could not build the boundary, or failed before the candidate's code
+    #: started (exit `BOX_FAILED`, no ``main`` record): nothing of the candidate ran.
     box_failed: bool = False
     #: A language beyond Python (the ``steps`` runner): its toolchain's evidence.
     lang: langs.LanguageEvidence | None = None
