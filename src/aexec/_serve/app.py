@@ -182,6 +182,19 @@ def build(settings: Settings) -> Starlette:
     def count(o: ExecutionObservation) -> None:
         gate.done[o.verdict] += 1
 
+    async def observed(request: Request, candidate: Candidate) -> ExecutionObservation | None:
+        """``candidate`` observed in one admitted slot, counted; None if the client left."""
+
+        async def work() -> ExecutionObservation:
+            return await observe(candidate, observer=obs_)
+
+        gate.admit(1)
+        left, o = await cancel_on_disconnect(request.receive, lambda: gate.run(1, work, admitted=True))
+        if left:
+            return None
+        count(o)
+        return o  # type: ignore[no-any-return]
+
     async def run_code(request: Request) -> Response:
         body = _json(await _body(request, settings.max_body), "body")
         try:
@@ -192,14 +205,9 @@ def build(settings: Settings) -> Starlette:
         except RequestError as e:  # what only the pipeline's checks see (a NUL in the code)
             return JSONResponse(sandboxfusion.Invalid("code", str(e).splitlines()[0], None).body(), 422)
 
-        async def work() -> ExecutionObservation:
-            return await observe(candidate, observer=obs_)
-
-        gate.admit(1)
-        left, o = await cancel_on_disconnect(request.receive, lambda: gate.run(1, work, admitted=True))
-        if left:
+        o = await observed(request, candidate)
+        if o is None:
             return Response(status_code=499)
-        count(o)
         answer = sandboxfusion.response(o, candidate.language)
         gate.sandboxfusion[answer["status"]] += 1
         return JSONResponse(answer)
@@ -214,14 +222,9 @@ def build(settings: Settings) -> Starlette:
         except RequestError as e:
             raise Refused(400, str(e).splitlines()[0]) from None
 
-        async def work() -> ExecutionObservation:
-            return await observe(candidate, observer=obs_)
-
-        gate.admit(1)
-        left, o = await cancel_on_disconnect(request.receive, lambda: gate.run(1, work, admitted=True))
-        if left:
+        o = await observed(request, candidate)
+        if o is None:
             return Response(status_code=499)
-        count(o)
         return Response(dumps(o), media_type="application/json")
 
     async def observe_batch(request: Request) -> Response:
