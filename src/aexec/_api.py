@@ -8,6 +8,7 @@ resources back.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 
 import attrs
@@ -100,27 +101,20 @@ async def observe_many(
     candidates are observed there instead (each by this same local pipeline, wherever it
     runs).
     """
-    if observer is None:
-        opts = options if options is not None else Options()
-        if supervisor is not None:
-            observer = Observer(opts, supervisor=supervisor)
-            async with observer:
-                return await observer.observe_many(
-                    candidates,
-                    limit=limit,
-                    cache_dir=cache_dir,
-                    on_observation=on_observation,
-                    executor=executor,
-                )
-        # What an observer keeps between calls depends on these options only.
-        kept = attrs.evolve(opts, limit=None, cache_dir=None, ablate=frozenset())
-        observer = _shared.get(kept) or _shared.setdefault(kept, Observer(kept))
-        options = opts
-    return await observer.observe_many(
-        candidates,
-        limit=limit,
-        cache_dir=cache_dir,
-        on_observation=on_observation,
-        executor=executor,
-        options=options,
-    )
+    async with contextlib.AsyncExitStack() as own:
+        if observer is None:
+            opts = options = options if options is not None else Options()
+            if supervisor is not None:
+                observer = await own.enter_async_context(Observer(opts, supervisor=supervisor))
+            else:
+                # What an observer keeps between calls depends on these options only.
+                kept = attrs.evolve(opts, limit=None, cache_dir=None, ablate=frozenset())
+                observer = _shared.get(kept) or _shared.setdefault(kept, Observer(kept))
+        return await observer.observe_many(
+            candidates,
+            limit=limit,
+            cache_dir=cache_dir,
+            on_observation=on_observation,
+            executor=executor,
+            options=options,
+        )

@@ -24,6 +24,7 @@ from ._commands import COMMANDS, add_commands, run_options, unobserved
 from ._errors import RequestError
 from ._jsonl import check_cache_dir, default_cache_dir, open_output, read_cases
 from ._options import Options
+from ._progress import terminal_bar
 from ._records import Candidate, ExecutionObservation
 from ._serde import dumps
 
@@ -139,19 +140,7 @@ async def _observe_all(
     args: argparse.Namespace, cases: list[Candidate], writer: _OrderedWriter
 ) -> list[ExecutionObservation]:
     cache_dir = args.cache_dir
-    progress = None
-    if sys.stderr.isatty():
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        progress = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
+    progress = terminal_bar()
     executor = None
     if args.ray is not None:
         from ._scaleout.ray import NODE_CACHE_ENV, RayExecutor

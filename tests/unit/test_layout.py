@@ -86,7 +86,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_pipeline.observer",
         ],
     ),
-    ("5 front door", ["_api", "_jsonl"]),
+    ("5 front door", ["_api", "_jsonl", "_progress"]),
     (
         "6 optional parts (lazy)",
         [

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .._errors import RequestError
+from .._progress import terminal_bar
 from .build import MARKER, Built, default_root, ensure, uv_binary
 from .spec import EnvBroken, EnvSpec
 
@@ -100,18 +101,8 @@ def _with_progress(
     """Run ``work`` in a thread; meanwhile a rich bar on a terminal, else ``line()`` every 10 s."""
     worker = threading.Thread(target=work)
     worker.start()
-    if sys.stderr.isatty():
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        bar = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
+    bar = terminal_bar()
+    if bar is not None:
         with bar:
             task = bar.add_task("building environments", total=total)
             while worker.is_alive():
