@@ -17,7 +17,7 @@ When the command ends, the init exits with its status and the kernel kills all e
 the namespace. A step of the boundary that fails ends the build with exit 125 and a line
 ``aexec build jail: <what>`` on stderr: the build never runs with less.
 
-The syscalls are the run boundary's (``aexec/_boundary/_driver/kernel.py``, loaded by path).
+The syscalls are the run boundary's (the driver's ``kernel.py``, loaded by path).
 """
 
 from __future__ import annotations
@@ -35,7 +35,12 @@ from typing import Any
 
 JAIL_FAILED = 125
 HERE = os.path.dirname(os.path.abspath(__file__))
-_KERNEL = os.path.join(os.path.dirname(HERE), "_boundary", "_driver", "kernel.py")
+#: The driver's kernel calls (stdlib only at run time): in ``aexec/_driver/`` or, before
+#: the driver became one package, ``aexec/_boundary/_driver/``.
+_KERNELS = [
+    os.path.join(os.path.dirname(HERE), *d, "kernel.py") for d in (["_driver"], ["_boundary", "_driver"])
+]
+_KERNEL = next((p for p in _KERNELS if os.path.isfile(p)), _KERNELS[0])
 _kspec = importlib.util.spec_from_file_location("_aexec_jail_kernel", _KERNEL)
 assert _kspec is not None and _kspec.loader is not None
 kernel = importlib.util.module_from_spec(_kspec)
