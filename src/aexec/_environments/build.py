@@ -11,8 +11,10 @@ Blocking: the pipeline calls `ensure` in a worker thread. Under the environments
     tmp/                 copies of a repo's base, where its setup code runs
 
 Only the repo's base (the checkout the request names, never a candidate's patch) is
-read, and its setup code runs in a copy under ``tmp/``: nothing is written outside the
-root. The environment holds dependencies only, never the repo (`EnvSpec.install`).
+read, and its setup code runs in a copy under ``tmp/``. Every uv step runs confined
+(`confine`): the root the only writable path (its parts other than ``uv-cache/`` and
+``envs/`` hidden), as the build's own uid, the package index its only network. The
+environment holds dependencies only, never the repo (`EnvSpec.install`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import attrs
 
 from .._log import get_logger
 from .._stages.keys import environment_key, resolution_key, setup_key
+from . import confine
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
 
@@ -170,9 +173,12 @@ def _fail(root: str, key: str, kind: str, message: str) -> EnvBroken:
     return EnvBroken(kind, message)
 
 
-def _uv(root: str, key: str, step: str, argv: list[str], *, cwd: str) -> None:
-    """Run one uv step (niced: builds yield the cores to test runs), its output in
-    ``logs/<key>.log``; a failure is recorded under ``key`` and raised as `EnvBroken`."""
+def _uv(
+    root: str, key: str, step: str, argv: list[str], *, cwd: str, writable: list[str], python: str
+) -> None:
+    """Run one uv step confined (`confine`: only ``writable`` and uv's cache writable, the
+    package index the only network; niced: builds yield the cores to test runs), its
+    output in ``logs/<key>.log``; a failure is recorded under ``key`` and raised as `EnvBroken`."""
     env = {
         **os.environ,
         "UV_CACHE_DIR": os.path.join(root, "uv-cache"),
@@ -182,25 +188,27 @@ def _uv(root: str, key: str, step: str, argv: list[str], *, cwd: str) -> None:
         "UV_CONCURRENT_BUILDS": "1",
         "TMPDIR": os.path.join(root, "tmp"),
     }
-    nice = shutil.which("nice")
     os.makedirs(os.path.join(root, "logs"), exist_ok=True)
     logfile = os.path.join(root, "logs", key + ".log")
-    try:
-        done = subprocess.run(
-            [*([nice, "-n", "10"] if nice else []), uv_binary(), *argv],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
-        output, rc = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as e:
-        said = [x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr)]
-        output, rc = f"{''.join(said)}\ntimed out after {BUILD_TIMEOUT_S:g} s", None
+    # The root is one writable mount (uv hardlinks from its cache into an environment:
+    # never across mounts); its other parts are hidden or root's, ``writable`` the build's.
+    cache = os.path.join(root, "uv-cache")
+    os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
+    hidden = [os.path.join(root, n) for n in sorted(os.listdir(root)) if n not in ("uv-cache", "envs")]
+    done = confine.run(
+        [uv_binary(), *argv],
+        env=env,
+        cwd=cwd,
+        writable=[root, *writable],
+        owned=[cache, *writable],
+        hidden=hidden,
+        programs=[uv_binary(), python],
+        scratch=os.path.join(root, "tmp"),
+        timeout=BUILD_TIMEOUT_S,
+    )
+    output, rc = done.output, done.returncode
+    if done.boundary is not None:  # aexec's or the machine's, not the build's: not recorded
+        raise EnvBroken("build", f"{step}: the build's boundary could not be made ({done.boundary})")
     with open(logfile, "a", encoding="utf-8") as f:
         f.write(f"$ uv {' '.join(argv)}\n{output}\n")
     if rc != 0:
@@ -250,7 +258,8 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
         out = os.path.join(work, "lock.txt")
         argv = ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python", interpreter]
         argv += [*extras, *(["--exclude-newer", exclude] if exclude else []), "-o", out, *inputs]
-        _uv(root, rkey, "resolving (uv pip compile)", argv, cwd=copy)  # paths as pip reads them
+        # Paths as pip reads them; the copy is all it may write (besides uv's cache).
+        _uv(root, rkey, "resolving (uv pip compile)", argv, cwd=copy, writable=[work], python=interpreter)
         with open(out, encoding="utf-8") as f:
             # A line naming the copy is the repo itself (``-e .`` in a requirements
             # file): never installed, the code under test is the candidate's copy.
@@ -352,12 +361,15 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             "creating the environment (uv venv)",
             ["venv", "--quiet", "--python", interpreter, path],
             cwd=root,
+            writable=[path],
+            python=interpreter,
         )
         lockfile = os.path.join(path, "aexec-lock.txt")
         with open(lockfile, "w", encoding="utf-8") as f:
             f.write(lock)
         argv = ["pip", "install", "--quiet", "--no-deps", "--python", python, "-r", lockfile]
-        _uv(root, key, "installing (uv pip install)", argv, cwd=root)
+        _uv(root, key, "installing (uv pip install)", argv, cwd=root, writable=[path], python=interpreter)
+        confine.seal(path)  # root's: no later build changes it
         marker = {
             "key": key,
             "lock_hash": lock_hash,

@@ -1,0 +1,240 @@
+"""A build is confined (issue 30, goal 6): the repo's setup code, run by uv as a build
+resolves and installs, reaches the package index and nothing else, writes only into the
+environments' cache as the build's own uid, and is killed whole at its deadline.
+
+Real uv, real namespaces, real tiny local packages whose ``setup.py`` tries what a
+hostile one would; setuptools and ``six`` come from PyPI through aexec's proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aexec._environments import build
+from aexec._environments.build import ensure
+from aexec._environments.spec import EnvBroken, EnvSpec
+
+from .conftest import MakeRepo
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a confined build needs root (namespaces, cgroups)")
+
+SYSTEM = f"{sys.version_info.major}.{sys.version_info.minor}"
+AS_OF = "2025-01-01T00:00:00Z"
+#: The uid builds run as (``aexec._environments.confine.BUILD_UID``).
+BUILD_UID = (1 << 20) + (1 << 24)
+
+
+def spec() -> EnvSpec:
+    return EnvSpec(SYSTEM, exclude_newer=AS_OF)
+
+
+def setup_py(body: str) -> dict[str, str]:
+    """A package whose setup.py runs ``body`` (as uv reads its metadata), then setup()."""
+    return {
+        "setup.py": textwrap.dedent(body)
+        + "\nfrom setuptools import setup\nsetup(name='proj', version='0')\n"
+    }
+
+
+def log_of(root: Path) -> str:
+    return "".join(f.read_text() for f in (root / "logs").glob("*.log"))
+
+
+def test_an_ordinary_build_reaches_pypi_through_the_proxy_and_the_cache_is_the_builds(
+    make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    repo = make_repo(
+        {
+            "setup.py": "from setuptools import setup\nsetup(name='proj', version='0', install_requires=['six'])\n"
+        }
+    )
+    root = tmp_path / "envs"
+    built = ensure(spec(), str(repo), str(root))
+    assert not built.cached
+    six = Path(built.path) / "lib" / f"python{SYSTEM}" / "site-packages" / "six.py"
+    assert six.is_file()
+    log = log_of(root)
+    # uv and the build backend's installs reached PyPI through aexec's proxy, and nothing else.
+    assert "aexec proxy: allowed CONNECT pypi.org:443" in log
+    assert "aexec proxy: allowed CONNECT files.pythonhosted.org:443" in log
+    assert "refused" not in log
+    # uv's cache is the build uid's; the finished environment's own files and directories
+    # are root's (no later build changes them); what it shares with the cache is hardlinked.
+    cache = root / "uv-cache"
+    assert cache.stat().st_uid == BUILD_UID
+    assert {p.stat().st_uid for p in cache.rglob("*") if not p.is_symlink()} == {BUILD_UID}
+    assert Path(built.path).stat().st_uid == 0 and (Path(built.path) / "bin").stat().st_uid == 0
+    assert six.stat().st_nlink >= 2
+    assert (root / "envs").stat().st_uid == 0 and (root / "logs").stat().st_uid == 0
+
+
+@pytest.fixture
+def host_marks() -> Iterator[list[Path]]:
+    """Paths outside the cache a hostile setup.py tries to create (removed after, had it)."""
+    token = secrets.token_hex(6)
+    marks = [Path(f"/root/aexec-confine-{token}"), Path(f"/etc/aexec-confine-{token}")]
+    yield marks
+    for m in marks:
+        m.unlink(missing_ok=True)
+
+
+def test_setup_code_cannot_write_outside_the_cache_nor_read_the_host(
+    make_repo: MakeRepo, tmp_path: Path, host_marks: list[Path]
+) -> None:
+    root = tmp_path / "envs"
+    # An environment built before, in the same cache: the hostile build must not change it.
+    other = make_repo({"setup.py": "from setuptools import setup\nsetup(name='a')\n"})
+    first = ensure(spec(), str(other), str(root))
+    cfg = Path(first.path) / "pyvenv.cfg"
+    before = cfg.read_text()
+    secret = tmp_path / "host-secret"
+    secret.write_text("s3cret")
+    targets = [
+        *map(str, host_marks),
+        str(root / "envs" / "planted"),
+        str(root / "resolved" / "planted"),
+        str(cfg),
+    ]
+    body = f"""
+        import os, sys
+        said = []
+        for path in {targets!r}:
+            try:
+                open(path, "a").write("x")
+                said.append("!wrote " + path)
+            except OSError as e:
+                said.append("refused " + path + ": " + e.strerror)
+        said.append("uid %d groups %s" % (os.getuid(), os.getgroups()))
+        said += [ln for ln in open("/proc/self/status").read().splitlines() if ln.startswith("NoNewPrivs")]
+        said.append("cgroup " + open("/proc/self/cgroup").read().strip().replace("\\n", " "))
+        for path in ({str(secret)!r}, {str(other)!r}):
+            said.append(("!sees " if os.path.exists(path) else "absent ") + path)
+        sys.exit("aexec-confine-report: " + " | ".join(said))
+        """
+    repo = make_repo(setup_py(body))
+    with pytest.raises(EnvBroken) as e:
+        ensure(spec(), str(repo), str(root))
+    assert e.value.kind == "build"
+    for path in host_marks:
+        assert not path.exists(), f"a build wrote {path} on the host"
+    assert not (root / "envs" / "planted").exists() and not (root / "resolved" / "planted").exists()
+    assert cfg.read_text() == before
+    report = next(line for line in log_of(root).splitlines() if "aexec-confine-report" in line)
+    assert "!wrote" not in report and "!sees" not in report
+    assert f"refused {host_marks[0]}: Read-only file system" in report
+    assert f"refused {host_marks[1]}: Read-only file system" in report
+    # The environments' root: its other parts hidden read-only, a finished environment and
+    # the environments' directory root's.
+    assert f"refused {root / 'resolved' / 'planted'}: Read-only file system" in report
+    assert f"refused {root / 'envs' / 'planted'}: Permission denied" in report
+    assert f"refused {cfg}: Permission denied" in report
+    # The build's own uid, no groups, no_new_privs, in a build cgroup of aexec's.
+    assert f"uid {BUILD_UID} groups []" in report and "NoNewPrivs:\t1" in report
+    assert re.search(r"cgroup .*/aexec-\d+-build-[0-9a-f]{12}\b", report), report
+    # Nothing else of the host: not a file beside the cache, not the repo's checkout.
+    assert f"absent {secret}" in report and f"absent {other}" in report
+
+
+@pytest.fixture
+def host_server() -> Iterator[tuple[int, list[object]]]:
+    """A TCP server on the host's loopback: what connects to it is recorded."""
+    server = socket.create_server(("127.0.0.1", 0))
+    seen: list[object] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, peer = server.accept()
+            except OSError:
+                return
+            seen.append(peer)
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1], seen
+    server.close()
+
+
+def test_setup_code_reaches_nothing_but_the_package_index(
+    make_repo: MakeRepo,
+    tmp_path: Path,
+    host_server: tuple[int, list[object]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    port, seen = host_server
+    # A credential in aexec's environment is not the build's to send out (in a URL to the index).
+    monkeypatch.setenv("AEXEC_TEST_API_TOKEN", "s3cret")
+    body = f"""
+        import os, socket, sys, urllib.request
+        said = ["token " + os.environ.get("AEXEC_TEST_API_TOKEN", "absent")]
+        for what, host, p in (("dns", "1.1.1.1", 53), ("host", "127.0.0.1", {port})):
+            try:
+                socket.create_connection((host, p), timeout=5).close()
+                said.append("REACHED " + what)
+            except OSError as e:
+                said.append("no " + what + ": " + str(e))
+        for url in ("https://example.com/", "http://127.0.0.1:{port}/"):
+            try:
+                urllib.request.urlopen(url, timeout=10).read()
+                said.append("REACHED " + url)
+            except OSError as e:
+                said.append("no " + url + ": " + str(e))
+        sys.exit("aexec-confine-report: " + " | ".join(said))
+        """
+    repo = make_repo(setup_py(body))
+    root = tmp_path / "envs"
+    with pytest.raises(EnvBroken):
+        ensure(spec(), str(repo), str(root))
+    assert seen == [], "a build's setup code reached a server on the host"
+    log = log_of(root)
+    report = next(line for line in log.splitlines() if "aexec-confine-report" in line)
+    assert "REACHED" not in report and "token absent" in report
+    assert "no dns: [Errno 101] Network is unreachable" in report
+    # The proxy named what it refused, in the build's log.
+    assert "aexec proxy: refused CONNECT example.com:443 (not a package index origin)" in log
+    assert f"aexec proxy: refused GET http://127.0.0.1:{port}/ (not a package index origin)" in log
+    # setuptools itself came from PyPI through the proxy.
+    assert "aexec proxy: allowed CONNECT files.pythonhosted.org:443" in log
+
+
+def test_a_build_past_its_deadline_is_killed_whole(
+    make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = f"aexec-confine-sleeper-{secrets.token_hex(6)}"
+    body = f"""
+        import os, subprocess, sys, time
+        # A grandchild in a session of its own, which no process group kill reaches.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", {token!r}], start_new_session=True)
+        time.sleep(600)
+        """
+    repo = make_repo(setup_py(body))
+    monkeypatch.setattr(build, "BUILD_TIMEOUT_S", 20.0)
+    start = time.monotonic()
+    with pytest.raises(EnvBroken) as e:
+        ensure(spec(), str(repo), str(tmp_path / "envs"))
+    assert time.monotonic() - start < 60
+    assert "timed out after 20 s" in str(e.value)
+    time.sleep(0.5)
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline:
+            left.append(pid)
+    for pid in left:  # on a build that is not confined: do not leave it behind
+        os.kill(int(pid), 9)
+    assert left == [], "a process the build started outlived it"
