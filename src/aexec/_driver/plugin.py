@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from . import reporting, wire
+
 if TYPE_CHECKING:
-    from ... import _wire as wire
-    from . import reporting
     from .reporting import Report
-# else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
 
 
 class Reporter:

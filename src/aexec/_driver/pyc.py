@@ -14,7 +14,7 @@ import resource
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..._wire import BytecodeJob
+    from .wire import BytecodeJob
 
 
 def write_bytecode(job: BytecodeJob) -> None:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ... import _wire as wire
-# else: ``wire`` is given by the driver's loader (see `aexec._boundary._driver`).
+from . import wire
 
 
 class Report:

@@ -25,11 +25,10 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from . import kernel, runners, template, wire
+
 if TYPE_CHECKING:
-    from ... import _wire as wire
-    from ..._wire import Instructions, SpawnRequest
-    from . import kernel, runners, template
-# else: the modules are given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Instructions, SpawnRequest
 
 
 def _recv_fds(sock: Any, size: int, most: int) -> tuple[bytes, list[int]]:

@@ -26,11 +26,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from . import reporting
+
 if TYPE_CHECKING:
-    from ..._wire import Instructions
-    from . import reporting
     from .reporting import Report
-# else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Instructions
 
 
 def _failed_import(test: Any) -> bool:

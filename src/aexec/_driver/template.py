@@ -15,10 +15,10 @@ import ctypes
 import os
 from typing import TYPE_CHECKING, Any
 
+from . import kernel, view
+
 if TYPE_CHECKING:
-    from ..._wire import Box
-    from . import kernel, view
-# else: ``kernel`` and ``view`` are given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Box
 
 
 def template_key(box: Box) -> tuple[Any, ...]:

@@ -31,10 +31,10 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any
 
+from . import kernel
+
 if TYPE_CHECKING:
-    from ..._wire import Box
-    from . import kernel
-# else: ``kernel`` is given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Box
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
