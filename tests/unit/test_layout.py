@@ -252,7 +252,9 @@ def test_the_drivers_modules_import_each_other_as_they_load() -> None:
         }
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
-                assert id(node) in top and node.level == 1, f"{name} line {node.lineno} imports {node.module}"
+                assert id(node) in top and node.level == 1, (
+                    f"{name} line {node.lineno}: a relative import below the module's top level"
+                )
 
 
 def test_no_module_is_over_400_lines() -> None:

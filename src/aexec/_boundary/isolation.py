@@ -29,7 +29,7 @@ from .cgroups import Cgroups, probe_cgroups
 log = get_logger(__name__)
 
 
-#: What a run's view holds (``aexec._boundary._driver.view.build_view``); the toolchain's
+#: What a run's view holds (``aexec._driver.view.build_view``); the toolchain's
 #: own prefixes are added per interpreter (``aexec._pipeline.session``).
 FILESYSTEM = (
     "mount_namespace, own root (pivot_root onto a tmpfs; the host's root detached) holding only: "

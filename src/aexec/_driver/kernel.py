@@ -2,7 +2,7 @@
 (Linux; through ctypes, because the driver is stdlib-only). The filesystem view is
 `view`'s.
 
-Part of the driver (`aexec._boundary.driver` loads it by path). Every step that fails
+A module of the driver's package (see `aexec._driver`). Every step that fails
 raises `BoxError`: the run must not go ahead with less.
 """
 

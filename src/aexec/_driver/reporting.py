@@ -1,7 +1,7 @@
 """The run's report, as the driver writes it: one JSON record per line, flushed line
 by line, so that whatever was reported before a kill survives it.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` given).
+A module of the driver's package (see `aexec._driver`).
 """
 
 from __future__ import annotations

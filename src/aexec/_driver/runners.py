@@ -2,8 +2,7 @@
 (a snippet, a command, a compile check, pytest, a toolchain's steps), each reporting as
 it goes and returning the run's exit status.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
-``reporting`` and ``plugin`` given).
+A module of the driver's package (see `aexec._driver`).
 """
 
 from __future__ import annotations

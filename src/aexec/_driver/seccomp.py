@@ -1,7 +1,7 @@
 """The candidate's syscall filter: a classic-BPF seccomp deny-list, built here in Python
 and loaded with ``prctl(PR_SET_SECCOMP)`` through ctypes (the driver is stdlib-only).
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``kernel`` given).
+A module of the driver's package (see `aexec._driver`).
 `install` runs in the candidate's process after ``no_new_privs`` and before any of its
 code; the filter is inherited by every thread, fork and exec of the run.
 

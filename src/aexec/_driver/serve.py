@@ -11,8 +11,7 @@ code; only the start-up is skipped.
 A boxed run's spec is read here, before the fork: its view's read-only part is a
 template the server makes once per view (`template.template`) and each run's init clones.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
-``kernel``, ``runners`` and ``template`` given).
+A module of the driver's package (see `aexec._driver`).
 """
 
 from __future__ import annotations

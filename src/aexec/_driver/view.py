@@ -1,7 +1,7 @@
 """The run's filesystem view: a new root holding only what the run needs (Linux; through
 ctypes, because the driver is stdlib-only).
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``kernel`` given).
+A module of the driver's package (see `aexec._driver`).
 Two ways to the same view, each ending in ``pivot_root``:
 
 * `build_view` alone (a cold run): the init assembles it whole in its mount namespace:
