@@ -7,8 +7,8 @@ Measured where a run pays it, without the rest of a run's noise (``peers.py
 --boundary-cost`` measures whole runs, whose spread on a shared 2-core machine is far
 larger than these costs):
 
-* **filter**: ``install()`` of the driver's part (``_boundary/_driver/seccomp.py``, loaded
-  as the driver loads it, so its program is built once) in a forked child after
+* **filter**: ``install()`` of the driver's part (``aexec/_driver/seccomp.py``, imported
+  here as a module of the driver's package, so its program is built once) in a forked child after
   ``no_new_privs``, as a warm run's candidate pays it: median wall µs, beside a
   one-instruction filter (the kernel's fixed cost) and an empty call;
 * **namespaces**: CPU (this process and its reaped children) per ``clone`` into the run's
@@ -30,16 +30,17 @@ import struct
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-PARTS = Path(__file__).resolve().parent.parent / "src" / "aexec" / "_boundary" / "_driver"
+SRC = Path(__file__).resolve().parent.parent / "src"
 
 
-def load(name: str, **given: Any) -> dict[str, Any]:
-    import runpy
+def load(name: str) -> dict[str, Any]:
+    """A module of the driver's (``aexec/_driver/NAME.py``), imported from this checkout."""
+    import importlib
 
-    return runpy.run_path(str(PARTS / f"{name}.py"), init_globals=given)
+    sys.path.insert(0, str(SRC))
+    return vars(importlib.import_module(f"aexec._driver.{name}"))
 
 
 def in_child(fn: Any, n: int) -> list[float]:
@@ -91,7 +92,7 @@ def main() -> int:
         sys.exit("root only: the namespaces need it")
     n = args.batches * args.per_batch
     print(f"uptime: {os.getloadavg()}, {os.uname().machine}")
-    seccomp = load("seccomp", kernel=SimpleNamespace(BoxError=RuntimeError))
+    seccomp = load("seccomp")
     libc = ctypes.CDLL(None, use_errno=True)
     one = ctypes.create_string_buffer(struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000))
     prog = seccomp["_Fprog"](1, ctypes.addressof(one))

@@ -21,10 +21,10 @@ import pytest
 import aexec
 from aexec import Candidate, Policy, RequestError, observe, observe_many
 from aexec._boundary.trees import list_changes, snapshot
+from aexec._driver.wire import RECORD_FIELDS, decode, encode, keep
 from aexec._serde import candidate as parse_request
 from aexec._serde import dumps
 from aexec._types import CHANGES_DIFF_CHARS, CHANGES_LISTED
-from aexec._wire import RECORD_FIELDS, decode, encode, keep
 
 pytestmark = pytest.mark.anyio
 

@@ -107,13 +107,8 @@ async def test_a_snippet_passes_and_a_crash_is_a_runtime_failure(
     assert crash.verdict == "fail" and crash.failure is not None, crash
     assert crash.failure.failure_class == "runtime" and "ValueError: boom" in crash.failure.message, crash
     if (int(major), int(minor)) < (3, 8):
-        # Its parts were compiled without their types, once: the code is kept beside them.
-        kept = (
-            Path(DRIVER).parent
-            / "_driver"
-            / "__pycache__"
-            / f"runners.aexec-compat-cpython-{major}{minor}.bin"
-        )
+        # Its modules were compiled without their types, once: the code is kept beside them.
+        kept = Path(DRIVER).parent / "__pycache__" / f"runners.aexec-compat-cpython-{major}{minor}.bin"
         assert kept.is_file()
 
 

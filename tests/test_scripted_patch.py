@@ -12,8 +12,8 @@ import pytest
 import aexec
 from aexec import Candidate
 from aexec._boundary.supervise import Invocation
+from aexec._driver.wire import Instructions
 from aexec._raw import RawRun
-from aexec._wire import Instructions
 from aexec.testing import ScriptedSupervisor, pytest_run, scripted_observer
 
 from .conftest import EXAMPLES, diff

@@ -13,17 +13,15 @@ import errno
 import json
 import os
 import re
-import runpy
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-import aexec
 from aexec import Candidate, ExecutionObservation, Options, observe
 from aexec._boundary.isolation import detect_isolation
+from aexec._driver import seccomp
 
 from .test_forkserver import served_pids
 
@@ -293,10 +291,7 @@ async def test_threads_subprocesses_and_sqlite_still_run_under_the_filter(path: 
 
 # -- the program itself, on every architecture it knows (run here by a BPF interpreter) --
 
-PART = runpy.run_path(
-    str(Path(aexec.__file__).parent / "_boundary" / "_driver" / "seccomp.py"),
-    init_globals={"kernel": SimpleNamespace(BoxError=RuntimeError)},
-)
+PART = vars(seccomp)  # the driver's module, imported here
 
 
 def run_bpf(code: list[tuple[int, int, int, int]], nr: int, arch: int, arg0: int = 0) -> int:

@@ -1,9 +1,10 @@
 """Goal 3, a typed wire: what the driver writes is what the library reads (issue 17).
 
-The driver is exercised as it really runs: ``driver.py`` as a file, in a subprocess of
-its own, loading ``_wire.py`` by path. Its records are read back with the library's one
-reader, `aexec._wire.decode_report`; its caps are checked by what it does, against a
-copy of the wire with other values.
+The driver is exercised as it really runs: its entry (``aexec/_driver/__main__.py``) as
+a file, in a subprocess of its own, loading its package (the wire with it) under its
+private name. Its records are read back with the library's one reader,
+`aexec._driver.wire.decode_report`; its caps are checked by what it does, against a
+copy of the driver with other values in its wire.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aexec import _wire
 from aexec._boundary import DRIVER
-from aexec._wire import RECORD_FIELDS, decode, decode_report
+from aexec._driver import wire as _wire
+from aexec._driver.wire import RECORD_FIELDS, decode, decode_report
 
 from .unit.test_wire import MALFORMED
 
@@ -78,18 +79,19 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
-#: Run ``driver.py`` as a file (``runpy.run_path``, as ``python driver.py`` would, minus
-#: ``main()``) and write the records of stdin through its own ``Report`` (``_driver/reporting.py``).
+#: Run the driver's entry as a file (``runpy.run_path``, as ``python __main__.py`` would,
+#: minus ``main()``), load the driver as it does, and write the records of stdin through
+#: its own ``Report`` (``_driver/reporting.py``).
 WRITER = """\
 import json, runpy, sys
-driver = runpy.run_path(sys.argv[1], run_name="aexec_driver")
-report = driver["reporting"].Report(sys.argv[2])
+driver = runpy.run_path(sys.argv[1], run_name="aexec_driver")["load"]()
+report = driver.runners.reporting.Report(sys.argv[2])
 for kind, fields in json.load(sys.stdin):
     report.write(kind, **fields)
-wire = driver["wire"]
+wire = driver.runners.wire
 print(json.dumps({
     "caps": [wire.FRAME_CAP, wire.MESSAGE_CAP, wire.BOX_FAILED],
-    "aexec_imported": sorted(m for m in sys.modules if m == "aexec" or m.startswith("aexec.")),
+    "aexec_imported": sorted(m for m in sys.modules if "aexec" in m or "driver" in m),
 }))
 """
 
@@ -121,7 +123,8 @@ def test_every_record_kind_round_trips_through_the_drivers_report(tmp_path: Path
     assert bad == 0
     assert list(records) == [{**fields, "kind": kind} for kind, fields in written]
     assert len(data.splitlines()) == len(written), "one line per record"
-    assert info["aexec_imported"] == [], "the driver imported aexec (it must load only the wire, by path)"
+    # Neither aexec nor the driver's own package (gone from sys.modules once loaded).
+    assert info["aexec_imported"] == [], "the driver left modules of aexec's in sys.modules"
 
 
 def test_a_value_the_driver_cannot_serialize_is_written_as_its_repr(tmp_path: Path) -> None:
@@ -155,7 +158,7 @@ deep(100)
 
 
 def run_driver(driver: str, tmp_path: Path, box: dict[str, Any] | None) -> tuple[int, tuple[Any, ...]]:
-    """``python -s driver.py SPEC``: a snippet whose exception has a deep traceback and a
+    """``python -s aexec/_driver/__main__.py SPEC``: a snippet whose exception has a deep traceback and a
     long message (``box``: the boundary spec, which a driver not started by its
     supervisor refuses)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -207,15 +210,13 @@ def observed_caps(driver: str, tmp_path: Path) -> tuple[int, int, int]:
 
 def test_the_driver_applies_the_wires_caps(tmp_path: Path) -> None:
     assert observed_caps(DRIVER, tmp_path / "real") == (_wire.FRAME_CAP, _wire.MESSAGE_CAP, _wire.BOX_FAILED)
-    # A copy of the driver's files and the wire, with other caps in its wire: the driver follows.
-    other = tmp_path / "other" / "aexec"
-    (other / "_boundary").mkdir(parents=True)
-    shutil.copy(DRIVER, other / "_boundary" / "driver.py")
-    shutil.copytree(Path(DRIVER).parent / "_driver", other / "_boundary" / "_driver")
+    # A copy of the driver's package, with other caps in its wire: the driver follows.
+    other = tmp_path / "other" / "_driver"
+    shutil.copytree(Path(DRIVER).parent, other, ignore=shutil.ignore_patterns("__pycache__"))
     wire = Path(_wire.__file__).read_text()
     for name, old, new in [("FRAME_CAP", 32, 7), ("MESSAGE_CAP", 4096, 100), ("BOX_FAILED", 125, 99)]:
         assert getattr(_wire, name) == old
         assert wire.count(f"\n{name} = {old}\n") == 1
         wire = wire.replace(f"\n{name} = {old}\n", f"\n{name} = {new}\n")
-    (other / "_wire.py").write_text(wire)
-    assert observed_caps(str(other / "_boundary" / "driver.py"), tmp_path / "copy") == (7, 100, 99)
+    (other / "wire.py").write_text(wire)
+    assert observed_caps(str(other / "__main__.py"), tmp_path / "copy") == (7, 100, 99)

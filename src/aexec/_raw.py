@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._wire import Record
+from ._driver.wire import Record
 
 
 @attrs.frozen

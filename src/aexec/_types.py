@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-from ._wire import MESSAGE_CAP
+from ._driver.wire import MESSAGE_CAP
 
 RequestType = Literal["build_check", "run_entry", "run_suite", "probe", "discriminate"]
 ArtifactShape = Literal["patch", "snippet", "command", "test_subset", "probe_program"]
@@ -82,7 +82,7 @@ DEFAULT_TIMEOUT_S: Final[dict[Mode, float]] = {
 #: Each captured stream keeps at most this many bytes; the rest is drained and counted.
 STREAM_CAP_BYTES: Final = 64 * 1024
 TRUNCATION_MARKER: Final = "\n[aexec: {dropped} more bytes of {stream} not kept (cap {cap} bytes)]\n"
-#: §3.4 caps on parsed evidence: the driver's own caps (`aexec._wire`), one source.
+#: §3.4 caps on parsed evidence: the driver's own caps (`aexec._driver.wire`), one source.
 MESSAGE_CAP_CHARS: Final = MESSAGE_CAP
 #: At most this many secondary failures are kept beside the primary one.
 SECONDARY_FAILURE_CAP: Final = 50

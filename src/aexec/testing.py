@@ -30,11 +30,11 @@ import attrs
 
 from ._api import VERSION
 from ._boundary.supervise import Invocation
+from ._driver.wire import Instructions, Record
 from ._options import Options
 from ._pipeline.observer import Observer
 from ._pipeline.toolchain import _PROBE, Toolchain, stamp
 from ._raw import RawRun
-from ._wire import Instructions, Record
 
 __all__ = ["Script", "ScriptedSupervisor", "pytest_run", "raw_run", "scripted_observer", "snippet_run"]
 

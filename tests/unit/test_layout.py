@@ -19,7 +19,7 @@ SRC = Path(aexec.__file__).parent
 #: module (dotted, under aexec) -> layer. Within a layer, a module may import those
 #: listed before it.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("0 wire and facts", ["_version", "_wire", "_types", "_errors", "_log"]),
+    ("0 wire and facts", ["_version", "_driver.wire", "_types", "_errors", "_log"]),
     (
         "1 records and options",
         ["_environments", "_environments.spec", "_inputs", "_records", "_raw", "_options"],
@@ -125,17 +125,18 @@ PURE = {
     m
     for m in ORDER
     if m.startswith(("_stages", "_languages", "_runners"))
-    or m in ("_version", "_wire", "_types", "_errors", "_records", "_raw")
+    or m in ("_version", "_driver.wire", "_types", "_errors", "_records", "_raw")
 }
 IO_MODULES = {"anyio", "subprocess", "shutil", "tempfile", "socket", "asyncio", "trio"}
 OPTIONAL = {m for m in ORDER if ORDER[m][0] == 6}
-#: Not imported at all: run by path inside the boundary, and its parts, loaded by path.
-DRIVER = "_boundary.driver"
-DRIVER_PARTS = "_boundary._driver"
+#: The driver: one package, run by path inside the boundary (its entry loads it under a
+#: private name). Of it the library imports its wire only, which sits in layer 0.
+DRIVER = "_driver"
+WIRE = "_driver.wire"
 
 
 def _is_driver(name: str) -> bool:
-    return name in (DRIVER, DRIVER_PARTS) or name.startswith(DRIVER_PARTS + ".")
+    return name == DRIVER or name.startswith(DRIVER + ".")
 
 
 def _name(path: Path) -> str:
@@ -179,7 +180,9 @@ def _resolve(target: str) -> str:
 
 
 def test_every_module_has_a_layer() -> None:
-    assert {m for m in _modules() if not _is_driver(m)} | {"__init__"} == set(ORDER) | {"__init__"}
+    assert {m for m in _modules() if not _is_driver(m) or m == WIRE} | {"__init__"} == set(ORDER) | {
+        "__init__"
+    }
 
 
 def test_imports_point_downward_only() -> None:
@@ -189,6 +192,7 @@ def test_imports_point_downward_only() -> None:
         for imp in _imports(path, "" if name == "__init__" else name):
             if not imp.startswith("."):
                 continue
+            assert not _is_driver(imp[1:]) or imp[1:] == WIRE, f"{name} imports the driver's {imp[1:]}"
             target = _resolve(imp.lstrip("."))
             if not target or target == name:
                 continue
@@ -216,40 +220,44 @@ def test_pure_stages_do_no_io_and_nothing_imports_an_event_loop() -> None:
             assert not roots & IO_MODULES, f"pure stage {name} imports {roots & IO_MODULES}"
 
 
-def test_the_driver_and_the_wire_use_only_the_standard_library() -> None:
+def test_the_driver_is_one_stdlib_only_package() -> None:
+    """The driver's modules import the standard library (and pytest, for pytest runs) and
+    each other, relatively: nothing of aexec outside its folder (the wire is inside)."""
     mods = _modules()
-    names = [n for n in mods if _is_driver(n)] + ["_wire"]
-    assert len(names) > 3
+    names = [n for n in mods if _is_driver(n)]
+    assert {"_driver.__main__", "_driver.main", "_driver.contain", WIRE} <= set(names)
     for name in names:
         for imp in _imports(mods[name], name):
             if imp.startswith("."):
-                # Under TYPE_CHECKING only: at run time the driver loads these by path.
-                assert _is_driver(name) and (imp.startswith("._wire") or _is_driver(imp[1:])), (
-                    f"{name} imports {imp}"
-                )
+                assert _is_driver(imp[1:]), f"{name} imports {imp[1:]}, outside the driver"
                 continue
             root = imp.split(".")[0]
             assert root in sys.stdlib_module_names or root in ("__future__", "pytest", "_pytest"), imp
 
 
-def test_the_driver_imports_aexec_only_for_the_type_checker() -> None:
-    """Every import of an aexec module in the driver's files sits under ``if TYPE_CHECKING:``."""
+def test_the_drivers_modules_import_each_other_as_they_load() -> None:
+    """Every relative import in the driver sits at a module's top level (or under its
+    top-level ``if TYPE_CHECKING:``) and names the package itself: once loaded, the
+    entry takes the package out of ``sys.modules``, where an import in a function
+    would look for it while the candidate runs."""
     for name, path in _modules().items():
         if not _is_driver(name):
             continue
         tree = ast.parse(path.read_text())
-        guarded = {
-            id(n)
-            for node in ast.walk(tree)
+        top = {id(n) for n in tree.body}
+        top |= {
+            id(stmt)
+            for node in tree.body
             if isinstance(node, ast.If)
             and isinstance(node.test, ast.Name)
             and node.test.id == "TYPE_CHECKING"
             for stmt in node.body
-            for n in ast.walk(stmt)
         }
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
-                assert id(node) in guarded, f"{name} line {node.lineno} imports from aexec at run time"
+                assert id(node) in top and node.level == 1, (
+                    f"{name} line {node.lineno}: a relative import below the module's top level"
+                )
 
 
 def test_no_module_is_over_400_lines() -> None:

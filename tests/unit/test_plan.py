@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from aexec import Policy
+from aexec._driver.wire import Runner
 from aexec._records import Environment
 from aexec._stages.plan import (
     HUNGRY_ADDRESS_SPACE_BYTES,
@@ -30,7 +31,6 @@ from aexec._stages.plan import (
 )
 from aexec._stages.policy import FILE_SIZE_CAP_BYTES, declare, limits
 from aexec._types import CPU_BACKSTOP_MARGIN_S, DEFAULT_DISK_MIB, DEFAULT_OPEN_FILES, DEFAULT_PIDS
-from aexec._wire import Runner
 
 ROOT = "/nonexistent/scratch/aexec-1-abc"
 WORK = f"{ROOT}/work"

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from aexec import Policy
+from aexec._driver.wire import Box, Instructions, decode, decode_report
 from aexec._stages.plan import BoxFacts, RunFacts, Scratch, plan
 from aexec._stages.policy import declare
-from aexec._wire import Box, Instructions, decode, decode_report
 
 DEEP = '{"kind": "end", "exitstatus": 0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
 

@@ -4,7 +4,7 @@
   namespaces, builds a new root holding only what the run needs (the system
   directories, the toolchain, the scratch root), and drops the candidate to a fresh
   unprivileged uid, under a seccomp syscall filter where the machine can load it
-  (``_driver/seccomp.py``; probed here by loading it). Killing the namespace's init kills everything in it, and the
+  (``aexec/_driver/seccomp.py``; probed here by loading it). Killing the namespace's init kills everything in it, and the
   driver dies with aexec (``PR_SET_PDEATHSIG``).
 * **cgroups** (root, a writable cgroup tree): a cgroup per run with a CPU quota, a
   memory cap for the whole tree, a process cap, and ``cgroup.kill``.
@@ -23,12 +23,13 @@ import sys
 import attrs
 
 from .._log import get_logger
+from . import DRIVER
 from .cgroups import Cgroups, probe_cgroups
 
 log = get_logger(__name__)
 
 
-#: What a run's view holds (``aexec._boundary._driver.view.build_view``); the toolchain's
+#: What a run's view holds (``aexec._driver.view.build_view``); the toolchain's
 #: own prefixes are added per interpreter (``aexec._pipeline.session``).
 FILESYSTEM = (
     "mount_namespace, own root (pivot_root onto a tmpfs; the host's root detached) holding only: "
@@ -111,14 +112,11 @@ def _probe_namespaces() -> bool:
     return done.returncode == 0
 
 
-#: The driver's filter, run alone: installs itself, checks it holds, prints what it denies.
-_SECCOMP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_driver", "seccomp.py")
-
-
 def _probe_seccomp() -> str | None:
     try:
         done = subprocess.run(
-            [sys.executable, "-s", _SECCOMP],
+            # The driver's filter: installs itself, checks it holds, prints what it denies.
+            [sys.executable, "-s", DRIVER, "--seccomp-probe"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

@@ -24,10 +24,10 @@ import anyio
 import anyio.abc
 import attrs
 
+from .._driver.wire import REPORT_CAP_BYTES, Record, decode_report
 from .._log import get_logger
 from .._raw import RawRun
 from .._types import STREAM_CAP_BYTES, TRUNCATION_MARKER
-from .._wire import REPORT_CAP_BYTES, Record, decode_report
 from .cgroups import Caps
 from .forkserver import ForkServer, ServedProcess, ServerGone
 from .isolation import Isolation

@@ -35,12 +35,8 @@ from typing import Any
 
 JAIL_FAILED = 125
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: The driver's kernel calls (stdlib only at run time): in ``aexec/_driver/`` or, before
-#: the driver became one package, ``aexec/_boundary/_driver/``.
-_KERNELS = [
-    os.path.join(os.path.dirname(HERE), *d, "kernel.py") for d in (["_driver"], ["_boundary", "_driver"])
-]
-_KERNEL = next((p for p in _KERNELS if os.path.isfile(p)), _KERNELS[0])
+#: The driver's kernel calls (stdlib only at run time; it imports nothing of the package).
+_KERNEL = os.path.join(os.path.dirname(HERE), "_driver", "kernel.py")
 _kspec = importlib.util.spec_from_file_location("_aexec_jail_kernel", _KERNEL)
 assert _kspec is not None and _kspec.loader is not None
 kernel = importlib.util.module_from_spec(_kspec)

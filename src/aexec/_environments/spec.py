@@ -27,7 +27,7 @@ from .._errors import RequestError
 __all__ = ["INSTALL_MODES", "MIN_PYTHON", "EnvBroken", "EnvSpec", "from_json", "pick_interpreter"]
 
 INSTALL_MODES = ("deps", "none")
-#: The oldest Python aexec's driver runs on (``_boundary/driver.py`` and ``_wire.py``).
+#: The oldest Python aexec's driver runs on (the package ``aexec/_driver/``).
 MIN_PYTHON = (3, 6)
 #: The files of a repo whose content decides its dependencies (with ``requirements``).
 SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import attrs
 
 from .. import _languages as langs
+from .._driver.wire import Runner
 from .._errors import RequestError
 from .._records import Candidate
 from .._types import ArtifactShape, Mode, RequestType
-from .._wire import Runner
 
 __all__ = ["Classification", "Runner", "classify", "plan", "pytest_command", "route"]
 

@@ -16,9 +16,9 @@ import attrs
 
 from .. import _languages as langs
 from .. import _runners as runners
+from .._driver.wire import BOX_FAILED, FRAME_CAP, ExceptionRecord
 from .._raw import RawRun
 from .._types import MESSAGE_CAP_CHARS, TestVerdict
-from .._wire import BOX_FAILED, FRAME_CAP, ExceptionRecord
 from .classify import Runner
 
 #: The name the snippet is shown under in locations.

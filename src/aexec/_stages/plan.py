@@ -15,8 +15,8 @@ import attrs
 
 from .. import _languages as langs
 from .. import _runners as runners
+from .._driver.wire import Box, Instructions, Runner, StepSpec
 from .._records import Environment
-from .._wire import Box, Instructions, Runner, StepSpec
 from .policy import Limits, limits
 
 #: How pytest is run for every candidate: no colour, and (`pytest_args`) the cache

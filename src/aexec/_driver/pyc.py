@@ -1,9 +1,9 @@
-"""``python -I driver.py --bytecode < JOB.json``: not a run. It compiles a pristine repo's
+"""``python -I _driver/__main__.py --bytecode < JOB.json``: not a run. It compiles a pristine repo's
 modules once for all of its runs (`aexec._boundary.bytecode.compile_bytecode`),
 executing none of the repo's code: only the interpreter's compiler and pytest's
 assertion rewriter over its source.
 
-Part of the driver (`aexec._boundary.driver` loads it by path).
+A module of the driver's package (see `aexec._driver`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import resource
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..._wire import BytecodeJob
+    from .wire import BytecodeJob
 
 
 def write_bytecode(job: BytecodeJob) -> None:

@@ -16,8 +16,7 @@ A module that fails to import (unittest's ``_FailedTest``, sympy's ``import_erro
 a collection error, not a test; a runner that cannot start (its entry point missing, an
 import it needs failing) is an exception of phase ``collect`` under the entry's name.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` and
-``reporting`` given). Standard library only.
+A module of the driver's package (see `aexec._driver`). Standard library only.
 """
 
 from __future__ import annotations
@@ -26,11 +25,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from . import reporting
+
 if TYPE_CHECKING:
-    from ..._wire import Instructions
-    from . import reporting
     from .reporting import Report
-# else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Instructions
 
 
 def _failed_import(test: Any) -> bool:

@@ -1,11 +1,12 @@
 """The wire between the library and the driver inside the boundary (layer 0: stdlib only).
 
-Two processes speak here, in JSON, and both import this one module (the driver loads it
-by path, since it runs as a script in the candidate's interpreter):
+Two processes speak here, in JSON, and both import this one module: the library as
+``aexec._driver.wire``, the driver (run by path in the candidate's interpreter) as a
+module of its own package (see `aexec._driver`):
 
 * the library writes one `Instructions` document per run (``spec.json``), with a `Box`
   when the kernel boundary is built; `BytecodeJob` is the compile job of
-  ``driver.py --bytecode``;
+  ``_driver/__main__.py --bytecode``;
 * the driver appends one `Record` per event to the run's report file, a JSON object a
   line, flushed as it goes, so what was reported before a kill survives it.
   `decode_report` is the one reader of that file.
@@ -43,7 +44,7 @@ class Box(TypedDict):
     """The kernel boundary the driver builds (root, namespaces available).
 
     The run's filesystem is a new root holding only what is listed here (see
-    ``aexec._boundary._driver.view.build_view``); nothing else of the host is in it.
+    ``aexec._driver.view.build_view``); nothing else of the host is in it.
     """
 
     #: The driver's parent must be one of these (aexec, or its fork server).
@@ -85,7 +86,7 @@ class StepSpec(TypedDict):
 
 
 class Instructions(TypedDict):
-    """What one run is: ``python -s driver.py SPEC.json`` reads this."""
+    """What one run is: ``python -s _driver/__main__.py SPEC.json`` reads this."""
 
     runner: Runner
     report: str
@@ -110,7 +111,7 @@ class Instructions(TypedDict):
 
 
 class BytecodeJob(TypedDict):
-    """``python -I driver.py --bytecode < JOB``: compile ``files`` of ``root`` into ``out``."""
+    """``python -I _driver/__main__.py --bytecode < JOB``: compile ``files`` of ``root`` into ``out``."""
 
     root: str
     out: str
@@ -118,7 +119,7 @@ class BytecodeJob(TypedDict):
     rewrite: list[str]
 
 
-# -- the fork server's socket (``aexec._boundary.forkserver`` <-> ``driver.py --serve``) --
+# -- the fork server's socket (``aexec._boundary.forkserver`` <-> ``_driver/__main__.py --serve``) --
 
 
 class ServerReady(TypedDict, total=False):

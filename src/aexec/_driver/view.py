@@ -1,7 +1,7 @@
 """The run's filesystem view: a new root holding only what the run needs (Linux; through
 ctypes, because the driver is stdlib-only).
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``kernel`` given).
+A module of the driver's package (see `aexec._driver`).
 Two ways to the same view, each ending in ``pivot_root``:
 
 * `build_view` alone (a cold run): the init assembles it whole in its mount namespace:
@@ -31,10 +31,10 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any
 
+from . import kernel
+
 if TYPE_CHECKING:
-    from ..._wire import Box
-    from . import kernel
-# else: ``kernel`` is given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Box
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000

@@ -11,8 +11,7 @@ code; only the start-up is skipped.
 A boxed run's spec is read here, before the fork: its view's read-only part is a
 template the server makes once per view (`template.template`) and each run's init clones.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
-``kernel``, ``runners`` and ``template`` given).
+A module of the driver's package (see `aexec._driver`).
 """
 
 from __future__ import annotations
@@ -25,11 +24,10 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from . import kernel, runners, template, wire
+
 if TYPE_CHECKING:
-    from ... import _wire as wire
-    from ..._wire import Instructions, SpawnRequest
-    from . import kernel, runners, template
-# else: the modules are given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Instructions, SpawnRequest
 
 
 def _recv_fds(sock: Any, size: int, most: int) -> tuple[bytes, list[int]]:

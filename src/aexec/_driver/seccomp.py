@@ -1,7 +1,7 @@
 """The candidate's syscall filter: a classic-BPF seccomp deny-list, built here in Python
 and loaded with ``prctl(PR_SET_SECCOMP)`` through ctypes (the driver is stdlib-only).
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``kernel`` given).
+A module of the driver's package (see `aexec._driver`).
 `install` runs in the candidate's process after ``no_new_privs`` and before any of its
 code; the filter is inherited by every thread, fork and exec of the run.
 
@@ -22,8 +22,9 @@ arm32 on arm64) has other numbers: the process is killed (i386, arm32) or refuse
 so nothing reaches the kernel unchecked. On a machine whose table is unknown,
 `install` raises `BoxError` (the library then declares no filter and does not ask).
 
-``python seccomp.py`` installs the filter in itself, checks that it holds, and prints
-`describe()`: the library's probe (`aexec._boundary.isolation`).
+``python -s aexec/_driver/__main__.py --seccomp-probe`` installs the filter in itself,
+checks that it holds, and prints `describe()` (`probe`): the library's probe
+(`aexec._boundary.isolation`).
 """
 
 from __future__ import annotations
@@ -32,11 +33,8 @@ import ctypes
 import errno
 import os
 import struct
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from . import kernel
-# else: ``kernel`` is given by the driver's loader (see `aexec._boundary._driver`).
+from . import kernel
 
 VERSION = 1
 #: Docker's default profile, and io_uring, denied outright.
@@ -209,7 +207,7 @@ def install() -> None:
         raise kernel.BoxError(f"seccomp: {os.strerror(ctypes.get_errno())}")
 
 
-def _probe() -> None:
+def probe() -> None:
     """Install the filter here, check it refuses unshare, print `describe()`."""
     if _libc.prctl(38, ctypes.c_ulong(1), 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise SystemExit("no_new_privs refused")
@@ -217,15 +215,3 @@ def _probe() -> None:
     if _libc.unshare(0x10000000) == 0 or ctypes.get_errno() != errno.EPERM:  # CLONE_NEWUSER
         raise SystemExit("the filter did not hold")
     print(describe())
-
-
-if __name__ == "__main__":
-
-    class _Kernel:
-        BoxError = RuntimeError
-
-    kernel = _Kernel  # type: ignore[assignment]  # run alone: no driver to give it
-    try:
-        _probe()
-    except RuntimeError as e:
-        raise SystemExit(str(e)) from None

@@ -1,8 +1,7 @@
 """The pytest plugin of a pytest run: per-test verdicts and exceptions from pytest's own
 hooks and objects, written to the run's report, not read from its terminal text.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` and
-``reporting`` given).
+A module of the driver's package (see `aexec._driver`).
 """
 
 from __future__ import annotations
@@ -10,11 +9,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from . import reporting, wire
+
 if TYPE_CHECKING:
-    from ... import _wire as wire
-    from . import reporting
     from .reporting import Report
-# else: ``wire`` and ``reporting`` are given by the driver's loader (see `aexec._boundary._driver`).
 
 
 class Reporter:

@@ -2,7 +2,7 @@
 (Linux; through ctypes, because the driver is stdlib-only). The filesystem view is
 `view`'s.
 
-Part of the driver (`aexec._boundary.driver` loads it by path). Every step that fails
+A module of the driver's package (see `aexec._driver`). Every step that fails
 raises `BoxError`: the run must not go ahead with less.
 """
 
@@ -16,7 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..._wire import Box, Instructions
+    from .wire import Box, Instructions
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 CLONE_NEWIPC, CLONE_NEWUTS = 0x08000000, 0x04000000

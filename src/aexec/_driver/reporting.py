@@ -1,18 +1,16 @@
 """The run's report, as the driver writes it: one JSON record per line, flushed line
 by line, so that whatever was reported before a kill survives it.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire`` given).
+A module of the driver's package (see `aexec._driver`).
 """
 
 from __future__ import annotations
 
 import os
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ... import _wire as wire
-# else: ``wire`` is given by the driver's loader (see `aexec._boundary._driver`).
+from . import wire
 
 
 class Report:

@@ -3,8 +3,7 @@ assembled once per view as a detached mount tree (``fsmount``, ``open_tree`` +
 ``move_mount``, ``mount_setattr``), sealed read-only, nosuid and private, which each
 run's init clones (`view.build_view`).
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``kernel`` and
-``view`` given). With ``AEXEC_VIEW_TEMPLATE=0`` in the fork server's environment no
+A module of the driver's package (see `aexec._driver`). With ``AEXEC_VIEW_TEMPLATE=0`` in the fork server's environment no
 template is made and every run assembles its view whole, as a cold run does
 (``benchmarks/peers.py --boundary-cost`` compares the two).
 """
@@ -15,10 +14,10 @@ import ctypes
 import os
 from typing import TYPE_CHECKING, Any
 
+from . import kernel, view
+
 if TYPE_CHECKING:
-    from ..._wire import Box
-    from . import kernel, view
-# else: ``kernel`` and ``view`` are given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Box
 
 
 def template_key(box: Box) -> tuple[Any, ...]:

@@ -2,8 +2,7 @@
 (a snippet, a command, a compile check, pytest, a toolchain's steps), each reporting as
 it goes and returning the run's exit status.
 
-Part of the driver (`aexec._boundary.driver` loads it by path, with ``wire``,
-``reporting`` and ``plugin`` given).
+A module of the driver's package (see `aexec._driver`).
 """
 
 from __future__ import annotations
@@ -17,12 +16,11 @@ import traceback
 import types
 from typing import TYPE_CHECKING, Any
 
+from . import plugin, reporting, suites, wire
+
 if TYPE_CHECKING:
-    from ... import _wire as wire
-    from ..._wire import Instructions
-    from . import plugin, reporting
     from .reporting import Report
-# else: ``wire``, ``reporting`` and ``plugin`` are given by the driver's loader (see `aexec._boundary._driver`).
+    from .wire import Instructions
 
 
 #: The globals dict a snippet ran in, for the driver's exit (``driver.leave``) to clear
@@ -323,7 +321,11 @@ RUNNERS = {
     "compile_tree": compile_tree,
     "pytest": run_pytest,
     "steps": run_steps,
+    **suites.RUNNERS,
 }
+#: The test runners (pytest, and the repo's own: unittest, Django, sympy): a run of one
+#: gets the interpreter's whole shutdown, as the plain command does.
+SUITES = frozenset(["pytest", *suites.RUNNERS])
 
 
 #: What the driver imports on first use while a candidate runs: ``runpy.run_path`` on
