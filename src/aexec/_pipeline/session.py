@@ -147,6 +147,7 @@ class Session:
         self.selections = selections
         self.runs = 0
         self._environments: dict[str, tuple[Environment, Any]] = {}
+        self._enforced_by_view: dict[tuple[tuple[str, ...], str], dict[str, str]] = {}
 
     def view_paths(self, tool: Toolchain, lang: LangToolchain | None) -> tuple[str, ...]:
         """What a run's view binds read-only beyond the system directories: the
@@ -154,10 +155,18 @@ class Session:
         return (*tool.paths, *(lang.paths if lang else ()), *self.options.readonly)
 
     def _enforced(self, tool: Toolchain, lang: LangToolchain | None) -> dict[str, str]:
-        """The isolation's record, with what a view of ``tool`` (and ``lang``) binds."""
+        """The isolation's record, with what a view of ``tool`` (and ``lang``) binds: made
+        once per view (every job of a call shares one toolchain, most often), not per job."""
+        paths = self.view_paths(tool, lang)
+        known = self._enforced_by_view.get((paths, tool.path))
+        if known is None:
+            known = self._enforced_by_view[(paths, tool.path)] = self._enforce(paths, tool.path)
+        return known
+
+    def _enforce(self, paths: tuple[str, ...], python: str) -> dict[str, str]:
         enforced = self.isolation.enforced
         if self.isolation.namespaces:
-            bound, _ = view_readonly(self.view_paths(tool, lang), tool.path)
+            bound, _ = view_readonly(paths, python)
             extra = [p for p in bound if p not in SYSTEM_PATHS]
             enforced = {
                 **enforced,
