@@ -3,7 +3,7 @@
 A cold run starts a fresh interpreter for the driver, which then imports pytest: on
 this kind of machine ~0.25 s of CPU per pytest run, before any test runs. A
 `ForkServer` is one interpreter per (toolchain, mode, environment) that has done that
-once (``driver.py --serve``, its loop in ``_driver/serve.py``) and forks each run on request. The
+once (``_driver/__main__.py --serve``, its loop in ``_driver/serve.py``) and forks each run on request. The
 child puts itself where a fresh ``Popen`` would have (fds 0-2 on /dev/null and the run's
 pipes, every other fd closed, a new session, cwd, the run's environment and argv) and
 runs the same driver code: same cgroups, namespaces, view, uid and rlimits. Nothing is

@@ -1,10 +1,10 @@
-"""The fork server (``python -s driver.py --serve MODE SUPERVISOR_PID FD``, started by
+"""The fork server (``python -s _driver/__main__.py --serve MODE SUPERVISOR_PID FD``, started by
 `aexec._boundary.forkserver`): one warm interpreter that has imported what a cold driver
 imports before the candidate's code anyway, and forks each run on request.
 
 A run with a ``box`` is forked straight into its new namespaces as their init
 (`kernel.fork_init`), any other as its outer process. The forked child sets up exactly
-what a fresh ``python -s driver.py SPEC`` would have (`become`: fds 0-2, session, cwd,
+what a fresh ``python -s _driver/__main__.py SPEC`` would have (`become`: fds 0-2, session, cwd,
 environment) and returns to the driver's ``main()`` with its spec: same boundary, same
 code; only the start-up is skipped.
 
