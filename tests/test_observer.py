@@ -11,6 +11,7 @@ import ast
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,15 +191,22 @@ async def test_a_candidate_is_checked_and_its_interpreter_resolved_once(tmp_path
     cands = [Candidate("run_entry", "snippet", id=f"c{i}", code=f"print({i})") for i in range(3)]
     async with aexec.observer(Options(scratch_dir=str(tmp_path))) as o:
         await observe_many(cands[:1], observer=o)  # warm: probes made once per observer are not counted
-        sys.setprofile(profile)
-        threading.setprofile(profile)
-        try:
-            got = await observe_many(cands, observer=o)
-        finally:
-            sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+        got = await _observe_profiled(cands, o, profile)
     assert [x.verdict for x in got] == ["empty_success"] * 3
     assert calls == {"resolve_python": 3, "grade.check": 3}
+
+
+async def _observe_profiled(
+    cands: list[Candidate], o: aexec.Observer, profile: Callable[[Any, str, Any], None]
+) -> list[aexec.ExecutionObservation]:
+    """``observe_many`` with ``profile`` watching every call, in this thread and the workers'."""
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        return await observe_many(cands, observer=o)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
 
 
 async def test_the_boundary_record_is_made_once_per_view_not_per_job(tmp_path: Path) -> None:
@@ -219,13 +227,7 @@ async def test_the_boundary_record_is_made_once_per_view_not_per_job(tmp_path: P
     cands = [Candidate("run_entry", "snippet", id=f"c{i}", code=f"print({i})") for i in range(3)]
     async with aexec.observer(Options(scratch_dir=str(tmp_path))) as o:
         await observe_many(cands[:1], observer=o)  # warm
-        sys.setprofile(profile)
-        threading.setprofile(profile)
-        try:
-            got = await observe_many(cands, observer=o)
-        finally:
-            sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+        got = await _observe_profiled(cands, o, profile)
     assert [x.stdout for x in got] == ["0\n", "1\n", "2\n"]
     assert len({id(x.environment.enforced) for x in got}) == 1
     assert calls <= 1, f"the view's record was made {calls} times for 3 jobs of one toolchain"
