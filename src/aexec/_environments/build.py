@@ -33,6 +33,8 @@ import attrs
 
 from .._log import get_logger
 from .._stages.keys import environment_key, resolution_key, setup_key
+from .edits import apply as apply_edits
+from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
 
@@ -94,13 +96,14 @@ def uv_binary() -> str:
 
 
 def setup_hash(repo: str, spec: EnvSpec) -> str:
-    """SHA-256 of the repo's setup files and the spec's requirement files (absent: None)."""
+    """SHA-256 of the repo's setup files and the spec's requirement files (absent: None),
+    as the spec's ``edits`` leave them."""
     files: dict[str, str | None] = {}
     for name in (*SETUP_FILES, *spec.requirements):
         path = os.path.join(repo, name)
         try:
             with open(path, "rb") as f:
-                files[name] = hashlib.sha256(f.read()).hexdigest()
+                files[name] = hashlib.sha256(apply_edits(spec.edits, name, f.read())).hexdigest()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             if name in spec.requirements:
                 raise EnvBroken("build", f"requirements file {name!r} is not in the repo") from None
@@ -238,6 +241,12 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
     try:
         copy = os.path.join(work, "repo")
         shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        for name in edit_paths(spec.edits):  # pins the spec's sed edits change (its key has them)
+            with contextlib.suppress(FileNotFoundError), open(os.path.join(copy, name), "rb") as f:
+                data = apply_edits(spec.edits, name, f.read())
+                os.unlink(os.path.join(copy, name))  # a symlink's target is not written
+                with open(os.path.join(copy, name), "wb") as edited:
+                    edited.write(data)
         lines = [*spec.packages, "pytest"]  # the runs need pytest; a pin elsewhere wins
         lines += [f"-r {os.path.join(copy, r)}" for r in spec.requirements]
         with open(os.path.join(work, "requirements.in"), "w", encoding="utf-8") as f:
