@@ -172,6 +172,8 @@ def test_real_spec_entries_with_harmless_pre_install_are_supported() -> None:
     sphinx = from_spec("sphinx-doc/sphinx", SPHINX_41)
     assert sphinx.unsupported() is None and sphinx.extras == ("test",)
     assert sphinx.edits == tuple(SPHINX_41["pre_install"][1:])  # tox.ini's -rA: nothing to do
+    # SWE-bench installs the repo after pip_packages: setup.py's edited Jinja2<3.0 wins.
+    assert sphinx.packages == ("tox==4.16.0", "tox-current-env==0.0.11")
     pytest63 = from_spec("pytest-dev/pytest", PYTEST_63)
     assert pytest63.unsupported() is None and pytest63.edits == ("sed -i 's/>=>=/>=/' setup.cfg",)
     table = Table({"django/django": {"3.0": DJANGO_30}}, {"django/django": ("tests/requirements/py3.txt",)})

@@ -61,6 +61,7 @@ _LOCALE_SETUP = frozenset(
 )
 _EXPORT = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
 _LOCALE_VARS = frozenset({"LANG", "LC_ALL", "LANGUAGE", "LC_CTYPE", "LC_MESSAGES"})
+_PINNED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==|<=|>=|~=|!=|<|>)")
 _APT = re.compile(r"apt-get (?:-y )?install (?:-y )?(.*)$")
 
 
@@ -126,6 +127,10 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
         system.append(f"apt packages: {' '.join(dict.fromkeys(apt))}")
     if other:
         system.append(other[0] + (f" (and {len(other) - 1} more commands)" if len(other) > 1 else ""))
+    # SWE-bench installs the repo after pip_packages: a package an edit re-pins in the
+    # setup files is the install's (sphinx 3.0-4.4: Jinja2==3.0.3, then setup.py's Jinja2<3.0).
+    repinned = {_norm(n) for c in edits for n in _PINNED.findall(_replacements(c))}
+    packages = [p for p in packages if _norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) not in repinned]
     for command in map(str, spec.get("eval_commands") or ()):
         if command not in _LOCALE_SETUP and _export(command) is None:
             system.append(f"eval_commands runs {command[:120]!r} before the tests")
@@ -168,6 +173,15 @@ def _pre_install(command: str, requirements: list[str]) -> tuple[str, str]:
     if edit.path == "tox.ini" and edit.guard is None and subst.replacement == subst.pattern + " -rA":
         return "noop", "pytest's -rA only changes its text report, which aexec does not read"
     return "other", f"pre_install edits {edit.path} ({command[:120]!r}), a file the build does not read"
+
+
+def _replacements(command: str) -> str:
+    edit = parse(command)
+    return " ".join(s.replacement for s in (edit.subst, edit.otherwise) if s is not None)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _export(command: str) -> tuple[str, str] | None:
