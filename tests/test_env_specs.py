@@ -59,21 +59,25 @@ DJANGO = {
 
 
 def test_swebench_specs_read_into_environments() -> None:
-    assert from_spec("psf/requests", REQUESTS) == EnvSpec("3.9", packages=("pytest",))
+    assert from_spec("psf/requests", REQUESTS) == EnvSpec("3.9", packages=("pytest", "setuptools<81"))
     flask = {
         **REQUESTS,
         "pip_packages": ["click==8.1.3"],
         "install": "python -m pip install -e '.[dev, async]'",
     }
     got = from_spec("pallets/flask", flask)
-    assert got.packages == ("pytest", "click==8.1.3") and got.extras == ("dev", "async") and not got.system
+    assert (
+        got.packages == ("pytest", "click==8.1.3", "setuptools<81")
+        and got.extras == ("dev", "async")
+        and not got.system
+    )
     assert "conda: environment.yml" in from_spec("pydata/xarray", XARRAY).system
     sphinx = from_spec("sphinx-doc/sphinx", SPHINX).unsupported()
     assert sphinx == "needs more than pip: apt packages: graphviz"  # tox.ini's -rA: nothing to do
     astropy = from_spec("astropy/astropy", ASTROPY).unsupported()
     assert astropy is not None and "builds C extensions in place" in astropy
     sklearn = from_spec("scikit-learn/scikit-learn", SKLEARN)
-    assert sklearn.packages == ("numpy", "scipy", "cython==0.29", "pytest")
+    assert sklearn.packages == ("numpy", "scipy", "cython==0.29", "pytest", "setuptools<81")
     assert "build_ext" in (sklearn.unsupported() or "")
     assert (
         from_spec("x/y", {"docker_specs": {}}).unsupported()
@@ -251,3 +255,31 @@ def test_a_sed_edit_of_setup_py_changes_the_pin_the_environment_resolves(
     assert version(edited.python) == "1.0" and version(plain.python) == "2.0"
     assert edited.key != plain.key
     assert (repo / "setup.py").read_text() == setup_py
+
+
+@pytest.mark.usefixtures("index")
+def test_a_pinned_package_wins_over_the_requirement_files_pin(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """SWE-bench installs ``pip_packages`` after the repo's requirements file (Flask 2.0:
+    ``MarkupSafe==2.1.3`` after ``requirements/dev.txt``'s ``markupsafe==2.0.1``): the
+    pin in ``packages`` wins, also in a file the requirements file includes."""
+    from aexec._environments.build import ensure
+
+    repo = make_repo(
+        {
+            "requirements/dev.txt": "-r tests.txt\n",
+            "requirements/tests.txt": "aexec_tinydep==1.0\n",
+            "proj/__init__.py": "X = 1\n",
+        }
+    )
+    spec = EnvSpec(
+        SYSTEM,
+        requirements=("requirements/dev.txt",),
+        packages=("aexec_tinydep==2.0",),
+        install="none",
+        exclude_newer=AS_OF,
+    )
+    built = ensure(spec, str(repo), str(tmp_path / "envs"))
+    code = "import aexec_tinydep; print(aexec_tinydep.V)"
+    got = subprocess.run([built.python, "-c", code], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "2.0"
+    assert (repo / "requirements" / "tests.txt").read_text() == "aexec_tinydep==1.0\n"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aexec._environments.edits import EditError, apply, parse
+from aexec._environments.edits import EditError, apply, included, parse, repinned, without_pins
 from aexec._environments.spec import EnvSpec, from_json
 from aexec._environments.swebench import Table, from_spec, lookup
 from aexec._errors import RequestError
@@ -173,7 +173,8 @@ def test_real_spec_entries_with_harmless_pre_install_are_supported() -> None:
     assert sphinx.unsupported() is None and sphinx.extras == ("test",)
     assert sphinx.edits == tuple(SPHINX_41["pre_install"][1:])  # tox.ini's -rA: nothing to do
     # SWE-bench installs the repo after pip_packages: setup.py's edited Jinja2<3.0 wins.
-    assert sphinx.packages == ("tox==4.16.0", "tox-current-env==0.0.11")
+    # And setuptools with pkg_resources, as SWE-bench's conda environments have it.
+    assert sphinx.packages == ("tox==4.16.0", "tox-current-env==0.0.11", "setuptools<81")
     pytest63 = from_spec("pytest-dev/pytest", PYTEST_63)
     assert pytest63.unsupported() is None and pytest63.edits == ("sed -i 's/>=>=/>=/' setup.cfg",)
     table = Table({"django/django": {"3.0": DJANGO_30}}, {"django/django": ("tests/requirements/py3.txt",)})
@@ -195,3 +196,18 @@ def test_real_spec_entries_that_need_more_say_what_in_one_line() -> None:
     assert "eval_commands sets DJANGO_SETTINGS=x" in (_unsupported("pytest-dev/pytest", other) or "")
     tox = {**PYTEST_63, "pre_install": ["sed -i 's/py37/py39/' tox.ini"]}
     assert "pre_install edits tox.ini" in (_unsupported("pytest-dev/pytest", tox) or "")
+
+
+def test_a_pinned_package_replaces_the_requirement_files_line_for_it() -> None:
+    """SWE-bench installs ``pip_packages`` after ``requirements.txt``: their pins win."""
+    assert repinned(["MarkupSafe==2.1.3", "setuptools<81", "tox", "x[y]>=1; python_version>'3'"]) == {
+        "markupsafe",
+        "setuptools",
+        "x",
+    }
+    text = "-r tests.txt\nmarkupsafe==2.0.1  # via jinja2\njinja2==3.0.1\n# markupsafe\n-c constraints.txt\n"
+    assert without_pins(text, {"markupsafe"}) == (
+        "-r tests.txt\n# (aexec: `packages` pins it) markupsafe==2.0.1  # via jinja2\n"
+        "jinja2==3.0.1\n# markupsafe\n-c constraints.txt\n"
+    )
+    assert included(text) == ["tests.txt", "constraints.txt"]

@@ -34,6 +34,7 @@ import attrs
 from .._log import get_logger
 from .._stages.keys import environment_key, resolution_key, setup_key
 from .edits import apply as apply_edits
+from .edits import included, repinned, without_pins
 from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
@@ -241,12 +242,7 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
     try:
         copy = os.path.join(work, "repo")
         shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-        for name in edit_paths(spec.edits):  # pins the spec's sed edits change (its key has them)
-            with contextlib.suppress(FileNotFoundError), open(os.path.join(copy, name), "rb") as f:
-                data = apply_edits(spec.edits, name, f.read())
-                os.unlink(os.path.join(copy, name))  # a symlink's target is not written
-                with open(os.path.join(copy, name), "wb") as edited:
-                    edited.write(data)
+        _prepare(copy, spec)
         lines = [*spec.packages, "pytest"]  # the runs need pytest; a pin elsewhere wins
         lines += [f"-r {os.path.join(copy, r)}" for r in spec.requirements]
         with open(os.path.join(work, "requirements.in"), "w", encoding="utf-8") as f:
@@ -266,6 +262,28 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
             return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _prepare(copy: str, spec: EnvSpec) -> None:
+    """Make the spec's ``edits`` to ``copy``'s setup files, and drop from its requirement
+    files (and those they include) the lines for the packages ``spec.packages`` pins:
+    installed after them, a pin there wins (SWE-bench's ``pip_packages``)."""
+    names, seen, top = repinned(spec.packages), set(), os.path.realpath(copy)
+    todo = [*edit_paths(spec.edits), *(spec.requirements if names else ())]
+    while todo:
+        path = os.path.realpath(os.path.join(top, todo.pop()))
+        if path in seen or not path.startswith(top + os.sep) or not os.path.isfile(path):
+            continue  # a symlink out of the copy is not written through
+        seen.add(path)
+        name = os.path.relpath(path, top)
+        with open(path, "rb") as f:
+            data = apply_edits(spec.edits, name, f.read())
+        if names and name not in SETUP_FILES:
+            text = data.decode("utf-8", "surrogateescape")
+            todo += [os.path.relpath(os.path.join(os.path.dirname(path), r), top) for r in included(text)]
+            data = without_pins(text, names).encode("utf-8", "surrogateescape")
+        with open(path, "wb") as f:
+            f.write(data)
 
 
 def unique_bytes(path: str) -> int:

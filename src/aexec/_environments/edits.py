@@ -222,3 +222,42 @@ def apply(commands: Iterable[str], path: str, data: bytes) -> bytes:
 def paths(commands: Iterable[str]) -> tuple[str, ...]:
     """The files ``commands`` edit."""
     return tuple(dict.fromkeys(parse(c).path for c in commands))
+
+
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(?:[<>=!~;@]|$)")
+
+
+def norm(name: str) -> str:
+    """A distribution's name as PyPI compares it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def repinned(packages: Iterable[str]) -> set[str]:
+    """The names ``packages`` pin with a version (``name==1.0``, ``name<2``): installed
+    after the requirement files, they replace those files' lines for the same names."""
+    out = set()
+    for p in packages:
+        m = _REQ_NAME.match(p)
+        if m is not None and re.search(r"[<>=!~]", p[m.end(1) :].split(";")[0]):
+            out.add(norm(m.group(1)))
+    return out
+
+
+def without_pins(text: str, names: set[str]) -> str:
+    """A requirements file's text with the lines requiring one of ``names`` commented out."""
+    lines = []
+    for line in text.split("\n"):
+        m = _REQ_NAME.match(line)
+        drop = m is not None and not line.lstrip().startswith("-") and norm(m.group(1)) in names
+        lines.append(f"# (aexec: `packages` pins it) {line}" if drop else line)
+    return "\n".join(lines)
+
+
+def included(text: str) -> list[str]:
+    """The files a requirements file includes (``-r X``, ``-c X``), as written."""
+    out = []
+    for line in text.split("\n"):
+        m = re.match(r"^\s*(?:-r|-c|--requirement|--constraint)\s*=?\s*(\S+)", line)
+        if m is not None:
+            out.append(m.group(1))
+    return out

@@ -25,6 +25,8 @@ the repos known to: astropy, scikit-learn, matplotlib). A Python the machine lac
 ``packages`` other than ``requirements.txt`` / ``environment.yml`` is the conda package
 list SWE-bench creates its environment with; plain ``name`` / ``name=version`` /
 ``name==version`` entries are read as pip requirements (the same names on PyPI).
+Every environment gets ``setuptools<81`` (unless the spec pins setuptools): SWE-bench's
+conda environments have a setuptools with ``pkg_resources``, which sphinx <= 5 imports.
 The test command (``test_cmd``) is exposed as data (`SpecEntry`): choosing a runner
 from it is not done here.
 """
@@ -39,7 +41,7 @@ from typing import Any
 import attrs
 
 from .._errors import RequestError
-from .edits import EditError, parse
+from .edits import EditError, norm, parse
 from .spec import SETUP_FILES, EnvSpec
 
 __all__ = ["SpecEntry", "Table", "from_spec", "load_table", "lookup", "repo_of"]
@@ -49,6 +51,9 @@ C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
 _EXTRAS = re.compile(r"\.\[([^\]]+)\]")
 _CONDA_PKG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:(==?|<=?|>=?|!=)([A-Za-z0-9.*+!_-]+))?$")
+#: SWE-bench's conda environments come with setuptools, one with ``pkg_resources``
+#: (gone from 81 on), which the era's code imports (sphinx <= 5's entry points).
+SETUPTOOLS = "setuptools<81"
 _FALLBACK_PYTHON = "3.11"  # the EnvSpec of a spec with no Python: unsupported anyway
 #: Django's locale setup (``pre_install`` of 1.7-2.2, ``eval_commands`` of 3.0-3.2).
 _LOCALE_SETUP = frozenset(
@@ -129,8 +134,10 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
         system.append(other[0] + (f" (and {len(other) - 1} more commands)" if len(other) > 1 else ""))
     # SWE-bench installs the repo after pip_packages: a package an edit re-pins in the
     # setup files is the install's (sphinx 3.0-4.4: Jinja2==3.0.3, then setup.py's Jinja2<3.0).
-    repinned = {_norm(n) for c in edits for n in _PINNED.findall(_replacements(c))}
-    packages = [p for p in packages if _norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) not in repinned]
+    repinned = {norm(n) for c in edits for n in _PINNED.findall(_replacements(c))}
+    packages = [p for p in packages if norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) not in repinned]
+    if not any(norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) == "setuptools" for p in packages):
+        packages.append(SETUPTOOLS)
     for command in map(str, spec.get("eval_commands") or ()):
         if command not in _LOCALE_SETUP and _export(command) is None:
             system.append(f"eval_commands runs {command[:120]!r} before the tests")
@@ -178,10 +185,6 @@ def _pre_install(command: str, requirements: list[str]) -> tuple[str, str]:
 def _replacements(command: str) -> str:
     edit = parse(command)
     return " ".join(s.replacement for s in (edit.subst, edit.otherwise) if s is not None)
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _export(command: str) -> tuple[str, str] | None:
