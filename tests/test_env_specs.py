@@ -18,7 +18,7 @@ from aexec._errors import RequestError
 from aexec._serde import candidate as read_request
 
 from .conftest import MakeRepo, diff
-from .test_built_envs import AS_OF, PROJ, SYSTEM, index  # noqa: F401 (a fixture)
+from .test_built_envs import AS_OF, PROJ, SYSTEM, index, wheel  # noqa: F401 (a fixture)
 
 # Entries as swebench 4.1.0's MAP_REPO_VERSION_TO_SPECS has them (cut).
 ASTROPY = {
@@ -283,3 +283,23 @@ def test_a_pinned_package_wins_over_the_requirement_files_pin(make_repo: MakeRep
     got = subprocess.run([built.python, "-c", code], capture_output=True, text=True, check=True)
     assert got.stdout.strip() == "2.0"
     assert (repo / "requirements" / "tests.txt").read_text() == "aexec_tinydep==1.0\n"
+
+
+@pytest.mark.usefixtures("index")
+def test_dependencies_are_compiled_at_install_as_pip_does(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """pip (SWE-bench's images) compiles what it installs; a dependency whose source warns
+    when compiled (blinker 1.4's invalid escapes) then imports under warnings as errors
+    (Flask 2.0's ``filterwarnings = error``) as it does there."""
+    from aexec._environments.build import ensure
+
+    wheel(tmp_path / "wheels", "aexec_warndep", "1.0", {"aexec_warndep/__init__.py": 'P = "\\*"\n'})
+    repo = make_repo({"proj/__init__.py": "X = 1\n"})
+    spec = EnvSpec(SYSTEM, packages=("aexec_warndep==1.0",), install="none", exclude_newer=AS_OF)
+    built = ensure(spec, str(repo), str(tmp_path / "envs"))
+    got = subprocess.run(
+        [built.python, "-W", "error", "-c", "import aexec_warndep; print(aexec_warndep.P)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert got.returncode == 0 and got.stdout.strip() == "\\*", got.stderr

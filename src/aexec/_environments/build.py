@@ -275,9 +275,8 @@ def _prepare(copy: str, spec: EnvSpec) -> None:
         if path in seen or not path.startswith(top + os.sep) or not os.path.isfile(path):
             continue  # a symlink out of the copy is not written through
         seen.add(path)
-        name = os.path.relpath(path, top)
         with open(path, "rb") as f:
-            data = apply_edits(spec.edits, name, f.read())
+            data = apply_edits(spec.edits, name := os.path.relpath(path, top), f.read())
         if names and name not in SETUP_FILES:
             text = data.decode("utf-8", "surrogateescape")
             todo += [os.path.relpath(os.path.join(os.path.dirname(path), r), top) for r in included(text)]
@@ -383,8 +382,9 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
         lockfile = os.path.join(path, "aexec-lock.txt")
         with open(lockfile, "w", encoding="utf-8") as f:
             f.write(lock)
-        argv = ["pip", "install", "--quiet", "--no-deps", "--python", python, "-r", lockfile]
-        _uv(root, key, "installing (uv pip install)", argv, cwd=root)
+        # Compiled as pip does: blinker 1.4's escapes warn, an error under filterwarnings=error
+        argv = ["pip", "install", "--quiet", "--no-deps", "--compile-bytecode", "--python", python]
+        _uv(root, key, "installing (uv pip install)", [*argv, "-r", lockfile], cwd=root)
         marker = {
             "key": key,
             "lock_hash": lock_hash,
