@@ -265,9 +265,8 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
 
 
 def _prepare(copy: str, spec: EnvSpec) -> None:
-    """Make the spec's ``edits`` to ``copy``'s setup files, and drop from its requirement
-    files (and those they include) the lines for the packages ``spec.packages`` pins:
-    installed after them, a pin there wins (SWE-bench's ``pip_packages``)."""
+    """Make the spec's ``edits`` to ``copy``'s setup files; drop from its requirement files (and
+    those they include) the lines for what ``spec.packages`` pins (installed after, it wins)."""
     names, seen, top = repinned(spec.packages), set(), os.path.realpath(copy)
     todo = [*edit_paths(spec.edits), *(spec.requirements if names else ())]
     while todo:
@@ -383,7 +382,8 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
         with open(lockfile, "w", encoding="utf-8") as f:
             f.write(lock)
         # Compiled as pip does: blinker 1.4's escapes warn, an error under filterwarnings=error
-        argv = ["pip", "install", "--quiet", "--no-deps", "--compile-bytecode", "--python", python]
+        argv = ["pip", "install", "--quiet", "--no-deps", "--python", python]
+        argv += ["--compile-bytecode"] if version_tuple(version) >= (3, 7) else []  # uv's needs 3.7
         _uv(root, key, "installing (uv pip install)", [*argv, "-r", lockfile], cwd=root)
         marker = {
             "key": key,
