@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aexec._environments.spec import EnvSpec, from_json
+from aexec._environments.spec import EnvSpec, from_json, pick_interpreter
 from aexec._environments.swebench import Table, from_spec, lookup, repo_of
 from aexec._errors import RequestError
 from aexec._serde import candidate as read_request
@@ -303,3 +303,21 @@ def test_dependencies_are_compiled_at_install_as_pip_does(make_repo: MakeRepo, t
         check=False,
     )
     assert got.returncode == 0 and got.stdout.strip() == "\\*", got.stderr
+
+
+@pytest.mark.usefixtures("index")
+def test_a_python_36_environment_builds_without_uvs_bytecode_compiler(
+    make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    """SWE-bench's Django 3.0-3.2 run on Python 3.6, where uv's bytecode compiler cannot
+    run (it needs 3.7's ``py_compile.PycInvalidationMode``): the environment still builds."""
+    from aexec._environments.build import ensure, find_interpreters
+
+    if pick_interpreter("3.6", find_interpreters()) is None:
+        pytest.skip("no Python 3.6 on this machine")
+    repo = make_repo({"proj/__init__.py": "X = 1\n"})
+    spec = EnvSpec("3.6", packages=("aexec_tinydep==1.0",), install="none", exclude_newer=AS_OF)
+    built = ensure(spec, str(repo), str(tmp_path / "envs"))
+    code = "import aexec_tinydep, sys; print(aexec_tinydep.V, sys.version_info[:2])"
+    got = subprocess.run([built.python, "-c", code], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "1.0 (3, 6)"
