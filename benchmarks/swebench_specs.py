@@ -9,7 +9,7 @@
    instance's ``test_patch`` tests) and *wrong* (defines it wrong). The test patch adds
    a FAIL_TO_PASS test and a PASS_TO_PASS test that uses the environment (Django's
    templates and its test requirements, a sphinx HTML build with its Jinja2, pytest's
-   own ``testdir``, sympy's runner).
+   own ``src/`` imported, sympy's runner).
 
 Run (needs ``swebench`` installed: ``pip install 'aexec[swebench]'``):
 ``python benchmarks/swebench_specs.py [WORKDIR]``; writes ``benchmarks/swebench_specs.json``
@@ -18,6 +18,7 @@ and prints the tables of ``docs/benchmarks.md``.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -63,7 +64,6 @@ class AexecGoldTests(SimpleTestCase):
         self.assertTrue(sqlparse.format("select 1") and yaml.safe_load("a: 1") == {"a": 1})
 """
 SPHINX_ENV = """\
-    import pytest  # noqa
     from sphinx.testing.util import SphinxTestApp
     from sphinx.testing.path import path
     import tempfile, shutil, os
@@ -177,8 +177,6 @@ def _diff(path: str, old: str | None, new: str) -> str:
     if old is None:
         head = f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
         return head + f"@@ -0,0 +1,{len(new_lines)} @@\n" + "".join("+" + ln for ln in new_lines)
-    import difflib
-
     body = difflib.unified_diff(old.splitlines(keepends=True), new_lines, f"a/{path}", f"b/{path}", n=3)
     return f"diff --git a/{path} b/{path}\n" + "".join(body)
 
@@ -325,13 +323,23 @@ def main() -> None:
             print(f"| {repo} | {', '.join(versions)} | {reason} |")
     ok = sum(1 for r in rows if r["unsupported"] is None)
     print(f"\n{ok} of {len(rows)} Python specs supported\n")
-    print("| repo | version | sdist | build | cold s | gold | wrong |\n|---|---|---|---|---|---|---|")
+    print(
+        "| SWE-bench spec | sdist | Python | cold s | own MiB | gold | wrong |\n|---|---|---|---|---|---|---|"
+    )
     for m in measured:
-        cold = f"{m['cold_s']:.1f}" if m["cold_s"] is not None else "–"
-        gold = f"{m['gold']} ({'resolved' if m['gold_resolved'] else 'unresolved'})"
-        wrong = f"{m['wrong']} ({'resolved' if m['wrong_resolved'] else 'unresolved'})"
+        python = re.search(r"\(Python ([0-9.]+)\)", m["build"])
+        own = re.search(r"([0-9.]+) MiB of its own", m["build"])
+        cold = (
+            f"{m['cold_s']:.1f}" if m["cold_s"] is not None else ("cached" if "cached" in m["build"] else "–")
+        )
+        said = [
+            f"{m[w]}, {'resolved' if m[w + '_resolved'] else 'unresolved'}"
+            + (f" ({m[w + '_error'][:80]})" if m[w + "_error"] else "")
+            for w in ("gold", "wrong")
+        ]
         print(
-            f"| {m['repo']} | {m['version']} | {m['sdist']} | {m['build'][:80]} | {cold} | {gold} | {wrong} |"
+            f"| {m['repo']} {m['version']} | {m['sdist']} | {python.group(1) if python else '?'} | {cold}"
+            f" | {own.group(1) if own else '–'} | {said[0]} | {said[1]} |"
         )
 
 
