@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from aexec._environments.spec import EnvSpec, from_json
+from aexec._environments.spec import EnvSpec, from_json, pick_interpreter
 from aexec._environments.swebench import Table, from_spec, lookup, repo_of
 from aexec._errors import RequestError
 from aexec._serde import candidate as read_request
 
 from .conftest import MakeRepo, diff
-from .test_built_envs import AS_OF, PROJ, SYSTEM, index  # noqa: F401 (a fixture)
+from .test_built_envs import AS_OF, PROJ, SYSTEM, index, wheel  # noqa: F401 (a fixture)
 
 # Entries as swebench 4.1.0's MAP_REPO_VERSION_TO_SPECS has them (cut).
 ASTROPY = {
@@ -59,21 +59,25 @@ DJANGO = {
 
 
 def test_swebench_specs_read_into_environments() -> None:
-    assert from_spec("psf/requests", REQUESTS) == EnvSpec("3.9", packages=("pytest",))
+    assert from_spec("psf/requests", REQUESTS) == EnvSpec("3.9", packages=("pytest", "setuptools<81"))
     flask = {
         **REQUESTS,
         "pip_packages": ["click==8.1.3"],
         "install": "python -m pip install -e '.[dev, async]'",
     }
     got = from_spec("pallets/flask", flask)
-    assert got.packages == ("pytest", "click==8.1.3") and got.extras == ("dev", "async") and not got.system
+    assert (
+        got.packages == ("pytest", "click==8.1.3", "setuptools<81")
+        and got.extras == ("dev", "async")
+        and not got.system
+    )
     assert "conda: environment.yml" in from_spec("pydata/xarray", XARRAY).system
     sphinx = from_spec("sphinx-doc/sphinx", SPHINX).unsupported()
-    assert sphinx is not None and "apt: apt-get update" in sphinx and "pre_install: sed" in sphinx
+    assert sphinx == "needs more than pip: apt packages: graphviz"  # tox.ini's -rA: nothing to do
     astropy = from_spec("astropy/astropy", ASTROPY).unsupported()
     assert astropy is not None and "builds C extensions in place" in astropy
     sklearn = from_spec("scikit-learn/scikit-learn", SKLEARN)
-    assert sklearn.packages == ("numpy", "scipy", "cython==0.29", "pytest")
+    assert sklearn.packages == ("numpy", "scipy", "cython==0.29", "pytest", "setuptools<81")
     assert "build_ext" in (sklearn.unsupported() or "")
     assert (
         from_spec("x/y", {"docker_specs": {}}).unsupported()
@@ -223,3 +227,97 @@ def test_swebench_specs_grade_gold_and_wrong_through_a_built_environment(
     broken = report["instances"]["astropy__astropy-3"]
     assert broken["flags"]["env_broken"] and "environment unsupported" in broken["error"]
     assert "builds C extensions in place" in broken["error"]
+
+
+@pytest.mark.usefixtures("index")
+def test_a_sed_edit_of_setup_py_changes_the_pin_the_environment_resolves(
+    make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    """SWE-bench's ``pre_install: sed -i 's/A/B/' setup.py`` (sphinx's Jinja2<3.0): the
+    build resolves the edited pin, its key differs from the unedited one's, and the
+    checkout (the candidate's base) is not touched."""
+    from aexec._environments.build import ensure
+
+    setup_py = (
+        "from setuptools import setup\n"
+        "setup(name='proj', version='0', packages=['proj'], install_requires=['aexec_tinydep>=2'])\n"
+    )
+    repo = make_repo({"setup.py": setup_py, "proj/__init__.py": "X = 1\n"})
+    root = str(tmp_path / "envs")
+    edit = "sed -i 's/aexec_tinydep>=2/aexec_tinydep<2/' setup.py"
+    edited = ensure(EnvSpec(SYSTEM, exclude_newer=AS_OF, edits=(edit,)), str(repo), root)
+    plain = ensure(EnvSpec(SYSTEM, exclude_newer=AS_OF), str(repo), root)
+
+    def version(python: str) -> str:
+        code = "import aexec_tinydep; print(aexec_tinydep.V)"
+        return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+    assert version(edited.python) == "1.0" and version(plain.python) == "2.0"
+    assert edited.key != plain.key
+    assert (repo / "setup.py").read_text() == setup_py
+
+
+@pytest.mark.usefixtures("index")
+def test_a_pinned_package_wins_over_the_requirement_files_pin(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """SWE-bench installs ``pip_packages`` after the repo's requirements file (Flask 2.0:
+    ``MarkupSafe==2.1.3`` after ``requirements/dev.txt``'s ``markupsafe==2.0.1``): the
+    pin in ``packages`` wins, also in a file the requirements file includes."""
+    from aexec._environments.build import ensure
+
+    repo = make_repo(
+        {
+            "requirements/dev.txt": "-r tests.txt\n",
+            "requirements/tests.txt": "aexec_tinydep==1.0\n",
+            "proj/__init__.py": "X = 1\n",
+        }
+    )
+    spec = EnvSpec(
+        SYSTEM,
+        requirements=("requirements/dev.txt",),
+        packages=("aexec_tinydep==2.0",),
+        install="none",
+        exclude_newer=AS_OF,
+    )
+    built = ensure(spec, str(repo), str(tmp_path / "envs"))
+    code = "import aexec_tinydep; print(aexec_tinydep.V)"
+    got = subprocess.run([built.python, "-c", code], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "2.0"
+    assert (repo / "requirements" / "tests.txt").read_text() == "aexec_tinydep==1.0\n"
+
+
+@pytest.mark.usefixtures("index")
+def test_dependencies_are_compiled_at_install_as_pip_does(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """pip (SWE-bench's images) compiles what it installs; a dependency whose source warns
+    when compiled (blinker 1.4's invalid escapes) then imports under warnings as errors
+    (Flask 2.0's ``filterwarnings = error``) as it does there."""
+    from aexec._environments.build import ensure
+
+    wheel(tmp_path / "wheels", "aexec_warndep", "1.0", {"aexec_warndep/__init__.py": 'P = "\\*"\n'})
+    repo = make_repo({"proj/__init__.py": "X = 1\n"})
+    spec = EnvSpec(SYSTEM, packages=("aexec_warndep==1.0",), install="none", exclude_newer=AS_OF)
+    built = ensure(spec, str(repo), str(tmp_path / "envs"))
+    got = subprocess.run(
+        [built.python, "-W", "error", "-c", "import aexec_warndep; print(aexec_warndep.P)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert got.returncode == 0 and got.stdout.strip() == "\\*", got.stderr
+
+
+@pytest.mark.usefixtures("index")
+def test_a_python_36_environment_builds_without_uvs_bytecode_compiler(
+    make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    """SWE-bench's Django 3.0-3.2 run on Python 3.6, where uv's bytecode compiler cannot
+    run (it needs 3.7's ``py_compile.PycInvalidationMode``): the environment still builds."""
+    from aexec._environments.build import ensure, find_interpreters
+
+    if pick_interpreter("3.6", find_interpreters()) is None:
+        pytest.skip("no Python 3.6 on this machine")
+    repo = make_repo({"proj/__init__.py": "X = 1\n"})
+    spec = EnvSpec("3.6", packages=("aexec_tinydep==1.0",), install="none", exclude_newer=AS_OF)
+    built = ensure(spec, str(repo), str(tmp_path / "envs"))
+    code = "import aexec_tinydep, sys; print(aexec_tinydep.V, sys.version_info[:2])"
+    got = subprocess.run([built.python, "-c", code], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "1.0 (3, 6)"

@@ -149,14 +149,14 @@ def load_instances(path: str, *, specs: str | None = None) -> dict[str, Instance
         assert repo is not None
         python = _string(where, r, "python", required=False)
         checkout = os.path.normpath(os.path.join(base, repo))
-        environment, test_cmd = None, _string(where, r, "test_cmd", required=False)
+        environment, test_cmd, note = None, _string(where, r, "test_cmd", required=False), None
         if _field(where, r, "environment", required=False) is not None:
             try:
                 environment = from_json(r["environment"])
             except RequestError as e:
                 raise RequestError(f"{where}: {e}") from None
         elif table is not None and python is None:
-            environment, spec_cmd = _from_specs(where, r, ident, checkout, table)
+            environment, spec_cmd, note = _from_specs(where, r, ident, checkout, table)
             test_cmd = test_cmd or spec_cmd
         f2p, p2p = _node_ids(where, r, "FAIL_TO_PASS"), _node_ids(where, r, "PASS_TO_PASS")
         exists = functools.partial(_exists, checkout)
@@ -171,15 +171,16 @@ def load_instances(path: str, *, specs: str | None = None) -> dict[str, Instance
             environment=environment,
             test_cmd=test_cmd,
             runner=runner,
-            runner_reason=reason,
+            runner_reason=reason if note is None else f"{reason}; {note}",
             timeout_s=_timeout(where, r),
         )
     return out
 
 
-def _from_specs(where: str, r: Any, ident: str, checkout: str, table: Any) -> tuple[EnvSpec, str]:
-    """The environment and test command SWE-bench's spec table gives an instance: its repo
-    (``repo_name``, else read from the id ``owner__name-N``) at its ``version``."""
+def _from_specs(where: str, r: Any, ident: str, checkout: str, table: Any) -> tuple[EnvSpec, str, str | None]:
+    """The environment, test command and note (what aexec does in place of the spec's
+    locale setup) SWE-bench's spec table gives an instance: its repo (``repo_name``,
+    else read from the id ``owner__name-N``) at its ``version``."""
     from ._environments.swebench import lookup, repo_of
 
     version = _field(where, r, "version")
@@ -187,7 +188,7 @@ def _from_specs(where: str, r: Any, ident: str, checkout: str, table: Any) -> tu
     if name is None:
         raise RequestError(f"{where}: no `repo_name`, and the id is not SWE-bench's owner__name-N")
     entry = lookup(table, name, str(version), lambda p: os.path.isfile(os.path.join(checkout, p)))
-    return entry.environment, entry.test_cmd
+    return entry.environment, entry.test_cmd, entry.note
 
 
 def _timeout(where: str, record: Any) -> float:

@@ -22,7 +22,15 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("0 wire and facts", ["_version", "_driver.wire", "_types", "_errors", "_log"]),
     (
         "1 records and options",
-        ["_environments", "_environments.spec", "_inputs", "_records", "_raw", "_options"],
+        [
+            "_environments",
+            "_environments.edits",
+            "_environments.spec",
+            "_inputs",
+            "_records",
+            "_raw",
+            "_options",
+        ],
     ),
     (
         "2 pure stages",

@@ -36,6 +36,9 @@ import attrs
 from .._log import get_logger
 from .._stages.keys import environment_key, resolution_key, setup_key
 from . import confine
+from .edits import apply as apply_edits
+from .edits import included, repinned, without_pins
+from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
 
@@ -97,13 +100,14 @@ def uv_binary() -> str:
 
 
 def setup_hash(repo: str, spec: EnvSpec) -> str:
-    """SHA-256 of the repo's setup files and the spec's requirement files (absent: None)."""
+    """SHA-256 of the repo's setup files and the spec's requirement files (absent: None),
+    as the spec's ``edits`` leave them."""
     files: dict[str, str | None] = {}
     for name in (*SETUP_FILES, *spec.requirements):
         path = os.path.join(repo, name)
         try:
             with open(path, "rb") as f:
-                files[name] = hashlib.sha256(f.read()).hexdigest()
+                files[name] = hashlib.sha256(apply_edits(spec.edits, name, f.read())).hexdigest()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             if name in spec.requirements:
                 raise EnvBroken("build", f"requirements file {name!r} is not in the repo") from None
@@ -246,6 +250,7 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
     try:
         copy = os.path.join(work, "repo")
         shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        _prepare(copy, spec)
         lines = [*spec.packages, "pytest"]  # the runs need pytest; a pin elsewhere wins
         lines += [f"-r {os.path.join(copy, r)}" for r in spec.requirements]
         with open(os.path.join(work, "requirements.in"), "w", encoding="utf-8") as f:
@@ -266,6 +271,26 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
             return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _prepare(copy: str, spec: EnvSpec) -> None:
+    """Make the spec's ``edits`` to ``copy``'s setup files; drop from its requirement files (and
+    those they include) the lines for what ``spec.packages`` pins (installed after, it wins)."""
+    names, seen, top = repinned(spec.packages), set(), os.path.realpath(copy)
+    todo = [*edit_paths(spec.edits), *(spec.requirements if names else ())]
+    while todo:
+        path = os.path.realpath(os.path.join(top, todo.pop()))
+        if path in seen or not path.startswith(top + os.sep) or not os.path.isfile(path):
+            continue  # a symlink out of the copy is not written through
+        seen.add(path)
+        with open(path, "rb") as f:
+            data = apply_edits(spec.edits, name := os.path.relpath(path, top), f.read())
+        if names and name not in SETUP_FILES:
+            text = data.decode("utf-8", "surrogateescape")
+            todo += [os.path.relpath(os.path.join(os.path.dirname(path), r), top) for r in included(text)]
+            data = without_pins(text, names).encode("utf-8", "surrogateescape")
+        with open(path, "wb") as f:
+            f.write(data)
 
 
 def unique_bytes(path: str) -> int:
@@ -367,7 +392,10 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
         lockfile = os.path.join(path, "aexec-lock.txt")
         with open(lockfile, "w", encoding="utf-8") as f:
             f.write(lock)
-        argv = ["pip", "install", "--quiet", "--no-deps", "--python", python, "-r", lockfile]
+        # Compiled as pip does: blinker 1.4's escapes warn, an error under filterwarnings=error
+        argv = ["pip", "install", "--quiet", "--no-deps", "--python", python]
+        argv += ["--compile-bytecode"] if version_tuple(version) >= (3, 7) else []  # uv's needs 3.7
+        argv += ["-r", lockfile]
         _uv(root, key, "installing (uv pip install)", argv, cwd=root, writable=[path], python=interpreter)
         confine.seal(path)  # root's: no later build changes it
         marker = {

@@ -10,8 +10,11 @@ instead of ``python``::
 dependencies its ``pyproject.toml`` / ``setup.py`` / ``setup.cfg`` declare (with
 ``extras``) but never the repo, ``none`` installs only ``requirements`` and ``packages``.
 The code under test is always the candidate's patched scratch copy, first on
-``sys.path``. ``system`` names what a pip environment cannot give (``conda: …``,
-``apt: …``): such a spec is ``env_broken``, kind ``unsupported``.
+``sys.path``. ``edits`` are ``sed -i 's/A/B/' setup.py`` edits (`aexec._environments.edits`,
+read as data, never run) of the setup files the build reads: they change the pins it
+resolves (and its key), never the candidate's copy. ``system`` names what a pip
+environment cannot give (``conda: …``, ``apt: …``): such a spec is ``env_broken``, kind
+``unsupported``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import attrs
 
 from .._errors import RequestError
+from .edits import EditError, parse
 
 __all__ = ["INSTALL_MODES", "MIN_PYTHON", "EnvBroken", "EnvSpec", "from_json", "pick_interpreter"]
 
@@ -35,7 +39,7 @@ SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 _VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_FIELDS = ("python", "requirements", "packages", "extras", "install", "exclude_newer", "system")
+_FIELDS = ("python", "requirements", "packages", "extras", "install", "exclude_newer", "edits", "system")
 
 
 class EnvBroken(Exception):
@@ -65,7 +69,7 @@ def _check(spec: EnvSpec) -> None:
         raise RequestError(
             f"environment.python must be a version like '3.11' or '3.11.7', got {spec.python!r}"
         )
-    for name in ("requirements", "packages", "extras", "system"):
+    for name in ("requirements", "packages", "extras", "edits", "system"):
         if not isinstance(getattr(spec, name), tuple):
             raise RequestError(f"environment.{name} must be a list of strings")
     for i, path in enumerate(spec.requirements):
@@ -75,6 +79,16 @@ def _check(spec: EnvSpec) -> None:
     for i, extra in enumerate(spec.extras):
         if not _EXTRA.match(extra):
             raise RequestError(f"environment.extras[{i}] is not an extra's name: {extra!r}")
+    for i, command in enumerate(spec.edits):
+        try:
+            path = parse(command).path
+        except EditError as e:
+            raise RequestError(f"environment.edits[{i}]: {e}") from None
+        if path not in (*SETUP_FILES, *spec.requirements):
+            raise RequestError(
+                f"environment.edits[{i}] edits {path!r}: only the setup files the build reads"
+                f" ({', '.join(SETUP_FILES)}, the requirements files) are edited"
+            )
     if spec.install not in INSTALL_MODES:
         raise RequestError(
             f"environment.install must be one of {', '.join(INSTALL_MODES)}, got {spec.install!r}"
@@ -103,6 +117,8 @@ class EnvSpec:
     exclude_newer: str | None = None
     #: What it needs beyond pip (``conda: gdal``, ``apt: libxml2-dev``): unsupported here.
     system: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("system"))
+    #: ``sed -i`` edits of the setup files, made before resolving (`aexec._environments.edits`).
+    edits: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("edits"))
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -115,6 +131,7 @@ class EnvSpec:
             "extras": list(self.extras),
             "install": self.install,
             "exclude_newer": self.exclude_newer,
+            **({"edits": list(self.edits)} if self.edits else {}),
             "system": list(self.system),
         }
 
@@ -142,7 +159,7 @@ def from_json(data: Any) -> EnvSpec:
     if "python" not in data:
         raise RequestError("environment: missing `python` (a version like '3.11')")
     fields = {k: v for k, v in data.items() if v is not None}
-    for name in ("requirements", "packages", "extras", "system"):
+    for name in ("requirements", "packages", "extras", "edits", "system"):
         if name in fields and not isinstance(fields[name], list):
             raise RequestError(f"environment.{name} must be a list of strings")
     return EnvSpec(**fields)

@@ -2,20 +2,33 @@
 ``swebench`` package, 4.1.0; the optional extra ``aexec[swebench]``, imported only here
 and only when asked) read into an `EnvSpec` and the spec's test command, as data.
 
-`from_spec` is pure: a spec that needs more than pip is an `EnvSpec` whose ``system``
-says why (an ``env_broken`` ``unsupported`` observation when run):
+`from_spec` is pure. What SWE-bench's image runs before the tests is read, never run:
 
-- ``packages: environment.yml`` (a conda environment), ``apt-pkgs``, a ``pre_install``
-  command (``apt-get``, or a ``sed`` edit of the repo's files, which aexec never makes);
-- an install that builds C extensions in place (``setup.py build``, ``build_ext``,
-  ``--no-build-isolation``, and the repos known to: astropy, scikit-learn, matplotlib) —
-  built once per base and carried into each candidate's copy is left for later.
+- ``pre_install``: a ``sed -i 's/A/B/'`` edit (or sphinx's ``grep -q X F && sed … ||
+  sed …``) of ``setup.py`` / ``setup.cfg`` / ``pyproject.toml`` becomes one of the
+  environment's ``edits`` (the pins the build resolves; the candidate's copy stays the
+  checkout); ``sed -i 's/pytest/pytest -rA/' tox.ini`` only changes pytest's text
+  report, which aexec does not read (its plugin reports each test): nothing to do;
+  Django's locale setup (``locale-gen en_US.UTF-8``) is the run's locale (below);
+- ``eval_commands``: ``export`` of the locale variables (``LANG``, ``LC_ALL``,
+  ``LANGUAGE``) and ``PYTHONIOENCODING=utf8``, and ``locale-gen``: aexec runs every
+  candidate under ``C.UTF-8``, whose encodings (filesystem, stdio, preferred) are
+  UTF-8 as under SWE-bench's ``en_US.UTF-8``; `SpecEntry.note` says so.
+
+A spec that needs more than that is an `EnvSpec` whose ``system`` says, in one line
+each, what is missing (an ``env_broken`` ``unsupported`` observation when run): a conda
+``environment.yml``, apt packages, another command; an install that builds C
+extensions in place (``setup.py build``, ``build_ext``, ``--no-build-isolation``, and
+the repos known to: astropy, scikit-learn, matplotlib). A Python the machine lacks
+(SWE-bench's 3.5) is said when the environment is built.
 
 ``packages`` other than ``requirements.txt`` / ``environment.yml`` is the conda package
 list SWE-bench creates its environment with; plain ``name`` / ``name=version`` /
 ``name==version`` entries are read as pip requirements (the same names on PyPI).
-The test command (``test_cmd``) and ``eval_commands`` are exposed as data
-(`SpecEntry`): choosing a runner from them is not done here.
+Every environment gets ``setuptools<81`` (unless the spec pins setuptools): SWE-bench's
+conda environments have a setuptools with ``pkg_resources``, which sphinx <= 5 imports.
+The test command (``test_cmd``) is exposed as data (`SpecEntry`): choosing a runner
+from it is not done here.
 """
 
 from __future__ import annotations
@@ -28,7 +41,8 @@ from typing import Any
 import attrs
 
 from .._errors import RequestError
-from .spec import EnvSpec
+from .edits import EditError, norm, parse
+from .spec import SETUP_FILES, EnvSpec
 
 __all__ = ["SpecEntry", "Table", "from_spec", "load_table", "lookup", "repo_of"]
 
@@ -37,7 +51,23 @@ C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
 _EXTRAS = re.compile(r"\.\[([^\]]+)\]")
 _CONDA_PKG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:(==?|<=?|>=?|!=)([A-Za-z0-9.*+!_-]+))?$")
+#: SWE-bench's conda environments come with setuptools, one with ``pkg_resources``
+#: (gone from 81 on), which the era's code imports (sphinx <= 5's entry points).
+SETUPTOOLS = "setuptools<81"
 _FALLBACK_PYTHON = "3.11"  # the EnvSpec of a spec with no Python: unsupported anyway
+#: Django's locale setup (``pre_install`` of 1.7-2.2, ``eval_commands`` of 3.0-3.2).
+_LOCALE_SETUP = frozenset(
+    {
+        "apt-get update && apt-get install -y locales",
+        "echo 'en_US UTF-8' > /etc/locale.gen",
+        "locale-gen en_US.UTF-8",
+        "sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen",
+    }
+)
+_EXPORT = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
+_LOCALE_VARS = frozenset({"LANG", "LC_ALL", "LANGUAGE", "LC_CTYPE", "LC_MESSAGES"})
+_PINNED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==|<=|>=|~=|!=|<|>)")
+_APT = re.compile(r"apt-get (?:-y )?install (?:-y )?(.*)$")
 
 
 @attrs.frozen
@@ -51,6 +81,8 @@ class SpecEntry:
     test_cmd: str
     #: Commands SWE-bench runs before the tests (environment variables, locales).
     eval_commands: tuple[str, ...] = ()
+    #: What aexec does in place of SWE-bench's setup (the run's locale), for provenance.
+    note: str | None = None
 
 
 def _conda_packages(text: str) -> tuple[list[str], list[str]]:
@@ -85,22 +117,98 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
         reqs, bad = _conda_packages(listed)
         packages = [*reqs, *packages]
         system += [f"conda: {b}" for b in bad]
-    apt = spec.get("apt-pkgs") or ()
+    apt = [str(a) for a in spec.get("apt-pkgs") or ()]
+    edits: list[str] = []
+    other: list[str] = []
+    for command in map(str, spec.get("pre_install") or ()):
+        kind, what = _pre_install(command, requirements)
+        if kind == "edit":
+            edits.append(command)
+        elif kind == "apt":
+            apt += what.split()
+        elif kind == "other":
+            other.append(what)
     if apt:
-        system.append(f"apt: {' '.join(map(str, apt))}")
-    for command in spec.get("pre_install") or ():
-        kind = "apt" if "apt-get" in str(command) else "pre_install"
-        system.append(f"{kind}: {str(command)[:120]}")
+        system.append(f"apt packages: {' '.join(dict.fromkeys(apt))}")
+    if other:
+        system.append(other[0] + (f" (and {len(other) - 1} more commands)" if len(other) > 1 else ""))
+    # SWE-bench installs the repo after pip_packages: a package an edit re-pins in the
+    # setup files is the install's (sphinx 3.0-4.4: Jinja2==3.0.3, then setup.py's Jinja2<3.0).
+    repinned = {norm(n) for c in edits for n in _PINNED.findall(_replacements(c))}
+    packages = [p for p in packages if norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) not in repinned]
+    if not any(norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) == "setuptools" for p in packages):
+        packages.append(SETUPTOOLS)
+    for command in map(str, spec.get("eval_commands") or ()):
+        if command not in _LOCALE_SETUP and _export(command) is None:
+            system.append(f"eval_commands runs {command[:120]!r} before the tests")
+        elif (exported := _export(command)) is not None and not _utf8_locale(*exported):
+            system.append(f"eval_commands sets {command[7:][:120]}, which aexec's runs do not carry")
     if repo in C_EXTENSION_REPOS or _IN_PLACE.search(install):
         system.append(f"builds C extensions in place ({install or repo})")
     extras = tuple(e.strip() for m in _EXTRAS.findall(install) for e in m.split(",") if e.strip())
     mode = "deps" if install else "none"
     try:
         return EnvSpec(
-            python, tuple(requirements), tuple(packages), extras, mode, system=tuple(dict.fromkeys(system))
+            python,
+            tuple(requirements),
+            tuple(packages),
+            extras,
+            mode,
+            system=tuple(dict.fromkeys(system)),
+            edits=tuple(edits),
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))
+
+
+def _pre_install(command: str, requirements: list[str]) -> tuple[str, str]:
+    """What one ``pre_install`` command is to aexec: ``edit`` (of a setup file the build
+    reads), ``noop`` (tox.ini's ``-rA``, the locale setup), ``apt`` (its packages), or
+    ``other`` (one line saying what it needs)."""
+    if command in _LOCALE_SETUP:
+        return "noop", "the run's locale is C.UTF-8"
+    apt = _APT.search(command)
+    if apt is not None and command.startswith("apt-get"):
+        return "apt", " ".join(w for w in apt.group(1).split() if not w.startswith("-"))
+    try:
+        edit = parse(command)
+    except EditError:
+        return "other", f"pre_install runs {command[:120]!r}"
+    if edit.path in (*SETUP_FILES, *requirements):
+        return "edit", command
+    subst = edit.subst
+    if edit.path == "tox.ini" and edit.guard is None and subst.replacement == subst.pattern + " -rA":
+        return "noop", "pytest's -rA only changes its text report, which aexec does not read"
+    return "other", f"pre_install edits {edit.path} ({command[:120]!r}), a file the build does not read"
+
+
+def _replacements(command: str) -> str:
+    edit = parse(command)
+    return " ".join(s.replacement for s in (edit.subst, edit.otherwise) if s is not None)
+
+
+def _export(command: str) -> tuple[str, str] | None:
+    m = _EXPORT.match(command.strip())
+    return None if m is None else (m.group(1), m.group(2).strip("'\""))
+
+
+def _utf8_locale(name: str, value: str) -> bool:
+    """An exported variable aexec's ``C.UTF-8`` runs stand in for: a UTF-8 locale (or
+    ``LANGUAGE=en_US:en``: C's messages are English), ``PYTHONIOENCODING=utf8``."""
+    if name == "PYTHONIOENCODING":
+        return value.lower().replace("-", "") == "utf8"
+    if name == "LANGUAGE":
+        return all(p.split("_")[0] in ("en", "C") for p in value.split(":"))
+    return name in _LOCALE_VARS and value.lower().replace("-", "").endswith(".utf8")
+
+
+def run_note(spec: Mapping[str, Any]) -> str | None:
+    """What aexec runs in place of a spec's locale setup and exports, or None."""
+    exported = [e for c in spec.get("eval_commands") or () if (e := _export(str(c))) is not None]
+    if not exported:
+        return None
+    said = ", ".join(f"{n}={v}" for n, v in exported)
+    return f"SWE-bench's eval_commands export {said}: aexec runs under LANG=LC_ALL=C.UTF-8 (UTF-8, as theirs)"
 
 
 @attrs.frozen
@@ -145,4 +253,4 @@ def lookup(
     evals = tuple(str(c) for c in spec.get("eval_commands") or ())
     paths = table.requirements.get(repo, ("requirements.txt",))
     found = next((p for p in paths if exists(p)), paths[0] if paths else "requirements.txt")
-    return SpecEntry(repo, version, from_spec(repo, spec, found), test_cmd, evals)
+    return SpecEntry(repo, version, from_spec(repo, spec, found), test_cmd, evals, run_note(spec))
