@@ -70,6 +70,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_boundary.supervise",
             "_environments.interpreters",
             "_environments.build",
+            "_environments.inplace",
         ],
     ),
     (
@@ -81,6 +82,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_pipeline.request",
             "_pipeline.warm",
             "_pipeline.session",
+            "_pipeline.rebuild",
             "_pipeline.run",
             "_pipeline.witness",
             "_pipeline.observer",
@@ -267,6 +269,7 @@ HASHERS = {
     "_pipeline.cache",
     "_scaleout.archive",
     "_environments.build",  # content hashes of setup files and locks (the keys: keys.py)
+    "_environments.inplace",  # content hashes of compiled sources (the key: keys.py)
 }
 
 

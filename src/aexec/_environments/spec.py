@@ -35,7 +35,7 @@ SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 _VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_FIELDS = ("python", "requirements", "packages", "extras", "install", "exclude_newer", "system")
+_FIELDS = ("python", "requirements", "packages", "extras", "install", "exclude_newer", "system", "inplace")
 
 
 class EnvBroken(Exception):
@@ -75,6 +75,8 @@ def _check(spec: EnvSpec) -> None:
     for i, extra in enumerate(spec.extras):
         if not _EXTRA.match(extra):
             raise RequestError(f"environment.extras[{i}] is not an extra's name: {extra!r}")
+    if not isinstance(spec.inplace, bool):
+        raise RequestError(f"environment.inplace must be true or false, got {spec.inplace!r}")
     if spec.install not in INSTALL_MODES:
         raise RequestError(
             f"environment.install must be one of {', '.join(INSTALL_MODES)}, got {spec.install!r}"
@@ -103,6 +105,9 @@ class EnvSpec:
     exclude_newer: str | None = None
     #: What it needs beyond pip (``conda: gdal``, ``apt: libxml2-dev``): unsupported here.
     system: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("system"))
+    #: The repo builds C extensions in place (``setup.py build_ext --inplace``): built once
+    #: per base and carried into each candidate's copy (``aexec._environments.inplace``).
+    inplace: bool = False
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -116,6 +121,7 @@ class EnvSpec:
             "install": self.install,
             "exclude_newer": self.exclude_newer,
             "system": list(self.system),
+            **({"inplace": True} if self.inplace else {}),
         }
 
     def unsupported(self) -> str | None:

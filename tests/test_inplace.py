@@ -1,0 +1,156 @@
+"""Repos that build C extensions in place (issue 30, goal 3): the base's extensions built
+once per key, carried into each candidate's scratch copy, built again there (under the
+boundary) when a patch touches a compiled source; a base that does not build is
+``env_broken`` ``build``, a patch that breaks the build is the candidate's ``compile``.
+
+Real gcc, real setuptools (from the package index, as of a fixed date), real runs. The
+repo's ``setup.py`` appends a line to ``built.txt`` each time it builds: the base's
+build leaves one line (carried with the artifacts), a rebuild in the copy a second.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from aexec import Candidate, ExecutionObservation, Policy, observe_many
+from aexec._environments.spec import EnvSpec
+from aexec._options import Options
+
+from .conftest import MakeRepo, diff
+
+pytestmark = pytest.mark.anyio
+
+SYSTEM = f"{sys.version_info.major}.{sys.version_info.minor}"
+AS_OF = "2025-01-01T00:00:00Z"
+SPEED_C = textwrap.dedent(
+    """\
+    #include <Python.h>
+    #include "speed.h"
+
+    static PyObject *value(PyObject *self, PyObject *args) { return PyLong_FromLong(VALUE); }
+    static PyMethodDef methods[] = {{"value", value, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+    static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_speed", NULL, -1, methods};
+    PyMODINIT_FUNC PyInit__speed(void) { return PyModule_Create(&mod); }
+    """
+)
+CPROJ = {
+    "pyproject.toml": '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n',
+    "setup.py": """\
+        from setuptools import Extension, setup
+
+        with open("built.txt", "a") as f:
+            f.write("built\\n")
+        setup(
+            name="cproj",
+            version="0",
+            packages=["cproj"],
+            ext_modules=[Extension("cproj._speed", ["cproj/_speed.c"], include_dirs=["cproj"])],
+        )
+        """,
+    "cproj/__init__.py": "from ._speed import value\n",
+    "cproj/speed.h": "#define VALUE 21\n",
+    "cproj/_speed.c": SPEED_C,
+    "test_c.py": """\
+        import os
+        import cproj
+        import cproj._speed
+
+        def test_value():
+            assert os.path.dirname(os.path.dirname(cproj._speed.__file__)) == os.getcwd()
+            assert cproj.value() == 22
+
+        def test_built_twice():  # the base's build (carried), then one in this copy
+            with open("built.txt") as f:
+                assert len(f.read().split()) == 2
+        """,
+}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the builder is blocking code in a worker thread: one backend is enough
+
+
+def declared() -> EnvSpec:
+    return EnvSpec(SYSTEM, install="none", exclude_newer=AS_OF, inplace=True)
+
+
+def candidate(ident: str, repo: Path, patch: str) -> Candidate:
+    return Candidate(
+        "run_suite",
+        "patch",
+        id=ident,
+        repo=str(repo),
+        patch=patch,
+        tests=("test_c.py",),
+        environment=declared(),
+        policy=Policy(timeout_s=120.0),
+    )
+
+
+def verdicts(obs: ExecutionObservation) -> dict[str, str]:
+    return {t.test.split("::")[-1]: t.verdict for t in obs.test_results}
+
+
+async def test_built_once_carried_and_rebuilt_when_a_patch_touches_a_compiled_source(
+    make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    repo, root = make_repo(CPROJ), tmp_path / "envs"
+    cands = [
+        # .py only: no rebuild, the base's extension (21) is imported from the copy.
+        candidate(
+            "py",
+            repo,
+            diff("cproj/__init__.py", CPROJ["cproj/__init__.py"], "from ._speed import value  # x\n"),
+        ),
+        # the .c file: rebuilt in the copy, and the rebuilt code is the one imported.
+        candidate("c", repo, diff("cproj/_speed.c", SPEED_C, SPEED_C.replace("VALUE", "(VALUE + 1)"))),
+        # a header, which build_ext does not track: rebuilt with --force.
+        candidate("h", repo, diff("cproj/speed.h", CPROJ["cproj/speed.h"], "#define VALUE 22\n")),
+        # the .c file no longer compiles: the candidate's failure, class compile.
+        candidate(
+            "broken",
+            repo,
+            diff("cproj/_speed.c", SPEED_C, SPEED_C.replace("PyLong_FromLong(VALUE);", "oops")),
+        ),
+    ]
+    got = {o.id: o for o in await observe_many(cands, options=Options(env_dir=str(root)))}
+    # The base's extension (21) imported from the copy; built.txt carried, no rebuild.
+    assert verdicts(got["py"]) == {"test_value": "failed", "test_built_twice": "failed"}, got["py"].stdout
+    assert "assert 21 == 22" in got["py"].stdout and "assert 1 == 2" in got["py"].stdout
+    for ident in ("c", "h"):  # built again in the candidate's copy, and that build imported
+        assert got[ident].verdict == "pass", (got[ident].failure, got[ident].stdout[-800:])
+        assert verdicts(got[ident]) == {"test_value": "passed", "test_built_twice": "passed"}
+    broken = got["broken"]
+    assert broken.verdict == "fail" and not broken.flags.env_broken
+    assert broken.failure is not None and broken.failure.failure_class == "compile"
+    assert "the in-place build failed" in broken.failure.message and "oops" in broken.failure.message
+    # Built once per base, whatever the candidates; the repo itself never written.
+    markers = list((root / "inplace").glob("*/aexec-inplace.json"))
+    assert len(markers) == 1
+    assert not (repo / "built.txt").exists() and not list(repo.rglob("*.so"))
+    # A second call is a cache hit: nothing is built again for the base.
+    again = await observe_many(cands[:1], options=Options(env_dir=str(root)))
+    assert again[0].verdict == "fail" and "assert 1 == 2" in again[0].stdout
+    log = next((root / "logs").glob(f"{markers[0].parent.name}.log")).read_text()
+    assert log.count("build_ext --inplace") == 1
+
+
+async def test_a_base_that_does_not_build_is_env_broken_and_not_tried_again(
+    make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    broken = SPEED_C.replace("PyLong_FromLong(VALUE);", "nope")
+    repo, root = make_repo({**CPROJ, "cproj/_speed.c": broken}), tmp_path / "envs"
+    cand = candidate("gold", repo, diff("cproj/_speed.c", broken, SPEED_C))
+    first = await observe_many([cand], options=Options(env_dir=str(root)))
+    again = await observe_many([cand], options=Options(env_dir=str(root)))
+    for o in (*first, *again):
+        assert o.verdict == "error" and o.flags.env_broken and o.failure is None, o
+        assert o.env_fault is not None and o.env_fault.kind == "build"
+        assert "the in-place build failed" in o.env_fault.message and "nope" in o.env_fault.message
+    logs = "".join(p.read_text() for p in (root / "logs").glob("*.log"))
+    assert logs.count("build_ext --inplace") == 1  # recorded: the second call did not rebuild
