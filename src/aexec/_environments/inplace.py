@@ -55,6 +55,7 @@ from .build import (
     _write_json,
     locked,
 )
+from .spec import EnvBroken
 
 log = get_logger(__name__)
 
@@ -146,8 +147,6 @@ def build_requires(repo: str) -> list[str]:
     except FileNotFoundError:
         return ["setuptools>=40.8.0", "wheel"]
     except (OSError, ValueError) as e:
-        from .spec import EnvBroken
-
         raise EnvBroken("build", f"pyproject.toml cannot be read: {e}") from None
     system = data.get("build-system")
     requires = system.get("requires") if isinstance(system, dict) else None
@@ -227,6 +226,8 @@ def artifacts(built: str, repo: str) -> list[str]:
     out: list[str] = []
     for top, dirs, files in os.walk(built):
         dirs[:] = sorted(d for d in dirs if d not in copy_ignore(top, dirs))
+        if top == built and not os.path.isdir(os.path.join(repo, "build")):
+            dirs[:] = [d for d in dirs if d != "build"]  # objects, and copies of what is in place
         for name in sorted(files):
             path = os.path.join(top, name)
             rel = os.path.relpath(path, built)
@@ -254,6 +255,11 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
     the cache, or built once per key (whoever else asks). Raises `EnvBroken` ``build``."""
     start = time.monotonic()
     repo, root = os.path.abspath(repo), os.path.abspath(root)
+    if not os.path.isfile(os.path.join(repo, "setup.py")):
+        raise EnvBroken(
+            "unsupported",
+            "an in-place build without setup.py (meson-python, scikit-build, …) is not supported",
+        )
     with open(os.path.join(built.path, "aexec-lock.txt"), encoding="utf-8") as f:
         lock = f.read()
     requires = lacking(build_requires(repo), lock)

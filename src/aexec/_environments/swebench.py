@@ -7,9 +7,12 @@ says why (an ``env_broken`` ``unsupported`` observation when run):
 
 - ``packages: environment.yml`` (a conda environment), ``apt-pkgs``, a ``pre_install``
   command (``apt-get``, or a ``sed`` edit of the repo's files, which aexec never makes);
-- an install that builds C extensions in place (``setup.py build``, ``build_ext``,
-  ``--no-build-isolation``, and the repos known to: astropy, scikit-learn, matplotlib) —
-  built once per base and carried into each candidate's copy is left for later.
+- matplotlib (its specs need apt's ffmpeg and friends, and its build downloads qhull).
+
+An install that builds C extensions in place (``setup.py build``, ``build_ext``,
+``--no-build-isolation``, and the repos known to: astropy, scikit-learn) is an `EnvSpec`
+with ``inplace``: built once per base and carried into each candidate's copy
+(``aexec._environments.inplace``).
 
 ``packages`` other than ``requirements.txt`` / ``environment.yml`` is the conda package
 list SWE-bench creates its environment with; plain ``name`` / ``name=version`` /
@@ -34,6 +37,8 @@ __all__ = ["SpecEntry", "Table", "from_spec", "load_table", "lookup", "repo_of"]
 
 #: Repos whose install builds C extensions in place (SWE-bench's install hides it).
 C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "matplotlib/matplotlib"})
+#: Of those, the ones whose in-place build needs more than pip (apt packages, a download).
+UNSUPPORTED_BUILDS = {"matplotlib/matplotlib": "apt's ffmpeg, imagemagick, … and a qhull download"}
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
 _EXTRAS = re.compile(r"\.\[([^\]]+)\]")
 _CONDA_PKG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:(==?|<=?|>=?|!=)([A-Za-z0-9.*+!_-]+))?$")
@@ -91,13 +96,20 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
     for command in spec.get("pre_install") or ():
         kind = "apt" if "apt-get" in str(command) else "pre_install"
         system.append(f"{kind}: {str(command)[:120]}")
-    if repo in C_EXTENSION_REPOS or _IN_PLACE.search(install):
-        system.append(f"builds C extensions in place ({install or repo})")
+    inplace = repo in C_EXTENSION_REPOS or bool(_IN_PLACE.search(install))
+    if repo in UNSUPPORTED_BUILDS:
+        system.append(f"builds C extensions in place with {UNSUPPORTED_BUILDS[repo]}")
     extras = tuple(e.strip() for m in _EXTRAS.findall(install) for e in m.split(",") if e.strip())
     mode = "deps" if install else "none"
     try:
         return EnvSpec(
-            python, tuple(requirements), tuple(packages), extras, mode, system=tuple(dict.fromkeys(system))
+            python,
+            tuple(requirements),
+            tuple(packages),
+            extras,
+            mode,
+            system=tuple(dict.fromkeys(system)),
+            inplace=inplace,
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))
