@@ -10,6 +10,7 @@ build leaves one line (carried with the artifacts), a rebuild in the copy a seco
 
 from __future__ import annotations
 
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from aexec import Candidate, ExecutionObservation, Policy, observe_many
+from aexec._environments.inplace import gc_inplace
 from aexec._environments.spec import EnvSpec
 from aexec._options import Options
 
@@ -138,6 +140,10 @@ async def test_built_once_carried_and_rebuilt_when_a_patch_touches_a_compiled_so
     assert again[0].verdict == "fail" and "assert 1 == 2" in again[0].stdout
     log = next((root / "logs").glob(f"{markers[0].parent.name}.log")).read_text()
     assert log.count("build_ext --inplace") == 1
+    # `aexec env gc` keeps it while its environment is there, and removes it after.
+    assert gc_inplace(str(root)) == []
+    shutil.rmtree(root / "envs")
+    assert gc_inplace(str(root)) == [str(markers[0].parent)] and not markers[0].parent.exists()
 
 
 async def test_a_base_that_does_not_build_is_env_broken_and_not_tried_again(

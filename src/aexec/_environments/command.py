@@ -21,6 +21,7 @@ from typing import Any
 
 from .._errors import RequestError
 from .build import MARKER, Built, default_root, ensure, uv_binary
+from .inplace import gc_inplace
 from .spec import EnvBroken, EnvSpec
 
 #: A line of progress this often on a stderr that is not a terminal.
@@ -187,6 +188,7 @@ def gc_main(args: Any) -> int:
             path = os.path.join(root, "envs", str(m["key"]))
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
+    removed += gc_inplace(root)  # builds of C extensions whose environment is gone
     tmp = os.path.join(root, "tmp")
     for name in os.listdir(tmp) if os.path.isdir(tmp) else []:
         shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)

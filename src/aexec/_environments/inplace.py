@@ -28,6 +28,7 @@ the run's boundary and deadline: its failure is the candidate's (class ``compile
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import filecmp
 import hashlib
 import os
@@ -319,8 +320,34 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
                 shutil.copy2(os.path.join(copy, rel), os.path.join(files, rel))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        marker = {"key": key, "files": found, "version": version, "requires": requires}
+        marker = {"key": key, "environment": built.key, "files": found, "version": version}
+        marker["requires"] = requires
         marker["seconds"] = round(time.monotonic() - start, 3)
         _write_json(os.path.join(home, MARKER), marker)
         log.info("inplace_built", key=key[:12], files=len(found), seconds=marker["seconds"])
         return done(False, marker)
+
+
+def gc_inplace(root: str) -> list[str]:
+    """Remove the in-place builds no environment uses (theirs is gone) and the partial
+    ones no builder holds: the paths removed (``aexec env gc``)."""
+    removed: list[str] = []
+    base = os.path.join(root, "inplace")
+    os.makedirs(os.path.join(root, "locks"), exist_ok=True)
+    for key in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        marker = _read_json(os.path.join(base, key, MARKER))
+        env = None if marker is None else marker.get("environment")
+        if marker is not None and os.path.isdir(os.path.join(root, "envs", str(env))):
+            continue
+        fd = os.open(os.path.join(root, "locks", key), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # being built now
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(os.path.join(base, key), ignore_errors=True)
+            removed.append(os.path.join(base, key))
+        finally:
+            os.close(fd)
+    return removed
