@@ -13,12 +13,15 @@ from __future__ import annotations
 import shutil
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
+import attrs
 import pytest
 
 from aexec import Candidate, ExecutionObservation, Policy, observe_many
-from aexec._environments.inplace import gc_inplace
+from aexec._environments.build import ensure
+from aexec._environments.inplace import InPlace, ensure_inplace, gc_inplace
 from aexec._environments.spec import EnvSpec
 from aexec._options import Options
 
@@ -160,3 +163,38 @@ async def test_a_base_that_does_not_build_is_env_broken_and_not_tried_again(
         assert "the in-place build failed" in o.env_fault.message and "nope" in o.env_fault.message
     logs = "".join(p.read_text() for p in (root / "logs").glob("*.log"))
     assert logs.count("build_ext --inplace") == 1  # recorded: the second call did not rebuild
+
+
+def test_concurrent_asks_of_one_base_build_it_once(make_repo: MakeRepo, tmp_path: Path) -> None:
+    repo, root = make_repo(CPROJ), tmp_path / "envs"
+    built = ensure(declared(), str(repo), str(root))
+    got: list[InPlace] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(ensure_inplace(built, str(repo), str(root))))
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({g.key for g in got}) == 1 and sorted(g.cached for g in got) == [False, True, True]
+    assert "".join(p.read_text() for p in (root / "logs").glob("*.log")).count("build_ext --inplace") == 1
+    files = got[0].files  # what the build made: the extension and setup.py's file, no objects
+    assert len(files) == 2 and "built.txt" in files and any(f.endswith(".so") for f in files)
+
+
+async def test_a_test_patch_that_breaks_the_build_is_the_instance_s_error(
+    make_repo: MakeRepo, tmp_path: Path
+) -> None:
+    repo, root = make_repo(CPROJ), tmp_path / "envs"
+    cand = attrs.evolve(
+        candidate(
+            "gold",
+            repo,
+            diff("cproj/__init__.py", CPROJ["cproj/__init__.py"], "from ._speed import value\n\n"),
+        ),
+        test_patch=diff("cproj/speed.h", CPROJ["cproj/speed.h"], "#define VALUE 22 +\n"),
+    )
+    (obs,) = await observe_many([cand], options=Options(env_dir=str(root)))
+    assert obs.verdict == "error" and obs.failure is None, obs
+    assert obs.error is not None and "breaks the in-place build" in obs.error
