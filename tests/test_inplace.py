@@ -10,7 +10,9 @@ build leaves one line (carried with the artifacts), a rebuild in the copy a seco
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import sys
 import textwrap
 import threading
@@ -198,3 +200,26 @@ async def test_a_test_patch_that_breaks_the_build_is_the_instance_s_error(
     (obs,) = await observe_many([cand], options=Options(env_dir=str(root)))
     assert obs.verdict == "error" and obs.failure is None, obs
     assert obs.error is not None and "breaks the in-place build" in obs.error
+
+
+def test_env_build_builds_the_extensions_too(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """``aexec env build`` pre-builds what a request's ``"inplace": true`` declares."""
+    repo, root = make_repo(CPROJ), tmp_path / "envs"
+    environment = {"python": SYSTEM, "install": "none", "exclude_newer": AS_OF, "inplace": True}
+    line = {
+        "request_type": "run_suite",
+        "artifact_shape": "test_subset",
+        "repo": str(repo),
+        "environment": environment,
+    }
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps(line) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "aexec", "env", "build", str(cases), "--env-dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(list((root / "inplace").glob("*/aexec-inplace.json"))) == 1

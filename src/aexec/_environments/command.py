@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .._errors import RequestError
-from .build import MARKER, Built, default_root, ensure, uv_binary
-from .inplace import gc_inplace
+from .build import MARKER, Built, _exclude_newer, default_root, ensure, uv_binary
+from .inplace import ensure_inplace, gc_inplace
 from .spec import EnvBroken, EnvSpec
 
 #: A line of progress this often on a stderr that is not a terminal.
@@ -70,7 +70,10 @@ def build_main(args: Any) -> int:
     def one(item: tuple[str, EnvSpec]) -> None:
         repo, spec = item
         try:
-            result: Built | EnvBroken = ensure(spec, repo, root)
+            built = ensure(spec, repo, root)
+            if spec.inplace:  # the repo's C extensions too, built in place once per base
+                ensure_inplace(built, repo, root, exclude_newer=_exclude_newer(spec, repo))
+            result: Built | EnvBroken = built
         except EnvBroken as e:
             result = e
         with lock:
