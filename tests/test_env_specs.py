@@ -112,6 +112,7 @@ def test_lookup_gives_the_requirements_path_the_checkout_has_and_the_test_comman
         ({"python": "3.11", "exclude_newer": "yesterday"}, "environment.exclude_newer must be a date"),
         ({"python": "3.11", "packages": "pytest"}, "environment.packages must be a list of strings"),
         ({"python": "3.11", "pins": []}, "environment: unknown field 'pins'"),
+        ({"python": "3.11", "inplace": "yes"}, "environment.inplace must be true or false, got 'yes'"),
     ],
 )
 def test_a_bad_environment_is_one_line_naming_the_field(environment: dict[str, object], message: str) -> None:
