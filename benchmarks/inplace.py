@@ -8,7 +8,9 @@ then the extensions in place, timed apart) and again warm; then two candidates g
 through it: *gold*, a harmless patch of a ``.py`` file (no rebuild: the base's build,
 carried into the copy, is imported), and *wrong*, a patch of a ``.c`` file that changes
 what it computes (rebuilt in the candidate's copy under the boundary: its tests must
-fail). Prints one JSON line per case.
+fail). They are graded SWE-bench's way on the tests that pass on the base
+(``pass_to_pass``, from an unpatched run first): gold resolved, wrong not. Prints one JSON
+line per case.
 
 - markupsafe 2.0.1 (Python 3.9): ``_speedups.c``; the wrong patch escapes ``<`` as
   ``&Lt;`` (the tests run against both the native and the C module).
@@ -161,6 +163,25 @@ def measure(work: str, name: str) -> dict[str, Any]:
     ensure(spec, repo, root)
     ensure_inplace(built, repo, root)
     out["warm_s"] = round(time.monotonic() - t, 3)
+    # The base's own run: the tests that pass on it are what gold and wrong are graded on
+    # (PASS_TO_PASS; e.g. astropy 5.1's convolve_fft tests fail at base under numpy 1.25).
+    base = Candidate(
+        "run_suite",
+        "test_subset",
+        id="base",
+        repo=repo,
+        tests=case["tests"],
+        environment=spec,
+        policy=Policy(timeout_s=900.0),
+    )
+    t = time.monotonic()
+    (obs,) = anyio.run(observe_one, base, root)
+    passing = tuple(r.test for r in obs.test_results if r.verdict == "passed")
+    out["base"] = {
+        "seconds": round(time.monotonic() - t, 1),
+        "passed": len(passing),
+        "of": len(obs.test_results),
+    }
     cands = [
         Candidate(
             "run_suite",
@@ -169,6 +190,7 @@ def measure(work: str, name: str) -> dict[str, Any]:
             repo=repo,
             patch=patch(repo, *case[role]),
             tests=case["tests"],
+            pass_to_pass=passing,
             environment=spec,
             policy=Policy(timeout_s=900.0),
         )
@@ -182,6 +204,8 @@ def measure(work: str, name: str) -> dict[str, Any]:
             counts[r.verdict] = counts.get(r.verdict, 0) + 1
         out[str(cand.id)] = {
             "verdict": obs.verdict,
+            "resolved": obs.resolved,
+            "tests_s": round(obs.duration, 1),
             "seconds": round(time.monotonic() - t, 1),
             "tests": counts,
             "failure": None if obs.failure is None else obs.failure.message[:200],
