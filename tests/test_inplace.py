@@ -11,6 +11,7 @@ build leaves one line (carried with the artifacts), a rebuild in the copy a seco
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -55,12 +56,16 @@ CPROJ = {
             name="cproj",
             version="0",
             packages=["cproj"],
-            ext_modules=[Extension("cproj._speed", ["cproj/_speed.c"], include_dirs=["cproj"])],
+            ext_modules=[
+                Extension("cproj._speed", ["cproj/_speed.c"], include_dirs=["cproj"]),
+                Extension("cproj._other", ["cproj/_other.c"]),
+            ],
         )
         """,
     "cproj/__init__.py": "from ._speed import value\n",
     "cproj/speed.h": "#define VALUE 21\n",
     "cproj/_speed.c": SPEED_C,
+    "cproj/_other.c": SPEED_C.replace('#include "speed.h"', "#define VALUE 0").replace("_speed", "_other"),
     "test_c.py": """\
         import os
         import cproj
@@ -73,6 +78,11 @@ CPROJ = {
         def test_built_twice():  # the base's build (carried), then one in this copy
             with open("built.txt") as f:
                 assert len(f.read().split()) == 2
+
+        def test_only_the_patched_extension_relinked():  # the other one is the base's
+            import cproj._other
+
+            assert os.path.getmtime(cproj._other.__file__) < os.path.getmtime("built.txt")
         """,
 }
 
@@ -127,11 +137,19 @@ async def test_built_once_carried_and_rebuilt_when_a_patch_touches_a_compiled_so
     ]
     got = {o.id: o for o in await observe_many(cands, options=Options(env_dir=str(root)))}
     # The base's extension (21) imported from the copy; built.txt carried, no rebuild.
-    assert verdicts(got["py"]) == {"test_value": "failed", "test_built_twice": "failed"}, got["py"].stdout
+    assert verdicts(got["py"])["test_value"] == "failed", got["py"].stdout
+    assert verdicts(got["py"])["test_built_twice"] == "failed"
     assert "assert 21 == 22" in got["py"].stdout and "assert 1 == 2" in got["py"].stdout
-    for ident in ("c", "h"):  # built again in the candidate's copy, and that build imported
-        assert got[ident].verdict == "pass", (got[ident].failure, got[ident].stdout[-800:])
-        assert verdicts(got[ident]) == {"test_value": "passed", "test_built_twice": "passed"}
+    # Built again in the candidate's copy, and that build imported: for a .c file only its
+    # extension; for a header (untracked by build_ext), all of them (--force).
+    assert got["c"].verdict == "pass", (got["c"].failure, got["c"].stdout[-800:])
+    assert set(verdicts(got["c"]).values()) == {"passed"} and len(verdicts(got["c"])) == 3
+    want = {
+        "test_value": "passed",
+        "test_built_twice": "passed",
+        "test_only_the_patched_extension_relinked": "failed",
+    }
+    assert verdicts(got["h"]) == want, got["h"].stdout[-800:]
     broken = got["broken"]
     assert broken.verdict == "fail" and not broken.flags.env_broken
     assert broken.failure is not None and broken.failure.failure_class == "compile"
@@ -181,8 +199,14 @@ def test_concurrent_asks_of_one_base_build_it_once(make_repo: MakeRepo, tmp_path
         t.join()
     assert len({g.key for g in got}) == 1 and sorted(g.cached for g in got) == [False, True, True]
     assert "".join(p.read_text() for p in (root / "logs").glob("*.log")).count("build_ext --inplace") == 1
-    files = got[0].files  # what the build made: the extension and setup.py's file, no objects
-    assert len(files) == 2 and "built.txt" in files and any(f.endswith(".so") for f in files)
+    files = got[0].files  # what the build made: the extensions (in place and in build/lib), no objects
+    assert "built.txt" in files and not any(f.endswith(".o") for f in files)
+    assert sorted(os.path.basename(f).split(".")[0] for f in files if f.endswith(".so")) == [
+        "_other",
+        "_other",
+        "_speed",
+        "_speed",
+    ]
 
 
 async def test_a_test_patch_that_breaks_the_build_is_the_instance_s_error(

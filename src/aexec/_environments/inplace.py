@@ -75,7 +75,9 @@ MARKER = "aexec-inplace.json"
 #: Build requirements that stand for another package (the environment's version is used).
 _ALIASES = {"oldest-supported-numpy": "numpy"}
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-#: Objects and caches of a build: not carried (``build_ext`` relinks from the sources).
+#: Objects and caches of a build: not carried (``build_ext`` recompiles an extension it
+#: relinks). ``build/lib*`` is: setuptools checks an extension's copy there against its
+#: sources, and without it rebuilds every extension (astropy: minutes, not seconds).
 _NOT_CARRIED = (".o", ".obj", ".pyc")
 
 
@@ -227,8 +229,6 @@ def artifacts(built: str, repo: str) -> list[str]:
     out: list[str] = []
     for top, dirs, files in os.walk(built):
         dirs[:] = sorted(d for d in dirs if d not in copy_ignore(top, dirs))
-        if top == built and not os.path.isdir(os.path.join(repo, "build")):
-            dirs[:] = [d for d in dirs if d != "build"]  # objects, and copies of what is in place
         for name in sorted(files):
             path = os.path.join(top, name)
             rel = os.path.relpath(path, built)
