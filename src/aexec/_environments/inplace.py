@@ -264,8 +264,11 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
     with open(os.path.join(built.path, "aexec-lock.txt"), encoding="utf-8") as f:
         lock = f.read()
     requires = lacking(build_requires(repo), lock)
-    argv = build_argv("python", jobs=max(1, min(4, os.cpu_count() or 1)))
-    key = inplace_key(environment=built.key, requires=requires, sources=sources(repo), argv=argv)
+    # The key names what is built, not how many compilers build it (the machine's cores).
+    key = inplace_key(
+        environment=built.key, requires=requires, sources=sources(repo), argv=build_argv("python")
+    )
+    argv = build_argv(built.python, jobs=max(1, min(4, os.cpu_count() or 1)))
     home = os.path.join(root, "inplace", key)
     files, overlay = os.path.join(home, "files"), os.path.join(home, "overlay")
 
@@ -301,11 +304,11 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
             copy = os.path.join(work, "repo")
             shutil.copytree(repo, copy, symlinks=True, ignore=copy_ignore)
             extra = {"PYTHONPATH": overlay, "SETUPTOOLS_SCM_PRETEND_VERSION": version}
-            rc, output = run_build([built.python, *argv[1:]], copy, built.python, extra, BUILD_TIMEOUT_S)
+            rc, output = run_build(argv, copy, built.python, extra, BUILD_TIMEOUT_S)
             logfile = os.path.join(root, "logs", key + ".log")
             os.makedirs(os.path.dirname(logfile), exist_ok=True)
             with open(logfile, "a", encoding="utf-8") as f:
-                f.write(f"$ {' '.join(argv)}\n{output}\n")
+                f.write(f"$ {' '.join(argv[1:])}\n{output}\n")
             if rc != 0:
                 said = tail(output.replace(work, "<tmp>"))
                 raise _fail(
