@@ -80,7 +80,9 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_environments.proxy",
             "_environments.jail",
             "_environments.confine",
+            "_environments.store",
             "_environments.build",
+            "_environments.inplace",
         ],
     ),
     (
@@ -92,6 +94,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_pipeline.request",
             "_pipeline.warm",
             "_pipeline.session",
+            "_pipeline.rebuild",
             "_pipeline.run",
             "_pipeline.witness",
             "_pipeline.observer",
@@ -286,6 +289,7 @@ HASHERS = {
     "_pipeline.cache",
     "_scaleout.archive",
     "_environments.build",  # content hashes of setup files and locks (the keys: keys.py)
+    "_environments.inplace",  # content hashes of compiled sources (the key: keys.py)
 }
 
 

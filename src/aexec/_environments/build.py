@@ -20,16 +20,14 @@ environment holds dependencies only, never the repo (`EnvSpec.install`).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import attrs
 
@@ -41,6 +39,7 @@ from .edits import included, repinned, without_pins
 from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
+from .store import check_failed, fail, locked, read_json, unique_bytes, write_json
 
 log = get_logger(__name__)
 
@@ -133,50 +132,6 @@ def _exclude_newer(spec: EnvSpec, repo: str) -> str | None:
     return done.stdout.strip()
 
 
-def _read_json(path: str) -> dict[str, object] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: str, data: Mapping[str, object]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def locked(root: str, key: str) -> Iterator[None]:
-    """Hold ``key``'s file lock (one holder across threads and processes)."""
-    os.makedirs(os.path.join(root, "locks"), exist_ok=True)
-    fd = os.open(os.path.join(root, "locks", key), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _check_failed(root: str, key: str) -> None:
-    failed = _read_json(os.path.join(root, "failed", key + ".json"))
-    if failed is not None:
-        raise EnvBroken(str(failed.get("kind", "build")), str(failed.get("message", "")))
-
-
-def _fail(root: str, key: str, kind: str, message: str) -> EnvBroken:
-    """Record the failure (not offline: that one may be the missing network's)."""
-    if not os.environ.get("UV_OFFLINE"):
-        _write_json(
-            os.path.join(root, "failed", key + ".json"), {"kind": kind, "message": message, "at": time.time()}
-        )
-    return EnvBroken(kind, message)
-
-
 def _uv(
     root: str, key: str, step: str, argv: list[str], *, cwd: str, writable: list[str], python: str
 ) -> None:
@@ -219,7 +174,7 @@ def _uv(
         tail = "\n".join(
             output.replace(os.path.join(root, "tmp"), "<tmp>").strip().splitlines()[-TAIL_LINES:]
         )
-        raise _fail(root, key, "build", f"{step} failed (exit {rc}); log {logfile}; its tail:\n{tail}")
+        raise fail(root, key, "build", f"{step} failed (exit {rc}); log {logfile}; its tail:\n{tail}")
 
 
 def _project_file(copy: str) -> str | None:
@@ -293,31 +248,19 @@ def _prepare(copy: str, spec: EnvSpec) -> None:
             f.write(data)
 
 
-def unique_bytes(path: str) -> int:
-    """Bytes of the regular files under ``path`` with no other link (what it alone costs)."""
-    total = 0
-    for top, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                st = os.lstat(os.path.join(top, name))
-                if st.st_nlink == 1 and not os.path.islink(os.path.join(top, name)):
-                    total += st.st_size
-    return total
-
-
 def _lock_of(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
     """The resolution key's lock: from ``resolved/``, or resolved once (under its lock)."""
     path = os.path.join(root, "resolved", rkey + ".json")
-    hit = _read_json(path)
+    hit = read_json(path)
     if hit is None:
-        _check_failed(root, rkey)
+        check_failed(root, rkey)
         with locked(root, rkey):
-            hit = _read_json(path)
+            hit = read_json(path)
             if hit is None:
-                _check_failed(root, rkey)
+                check_failed(root, rkey)
                 lock = _resolve(spec, repo, interpreter, exclude, root, rkey)
                 hit = {"lock": lock, "lock_hash": hashlib.sha256(lock.encode()).hexdigest()}
-                _write_json(path, hit)
+                write_json(path, hit)
     return str(hit["lock"])
 
 
@@ -368,15 +311,15 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             size if isinstance(size, int) else 0,
         )
 
-    marker = _read_json(os.path.join(path, MARKER))
+    marker = read_json(os.path.join(path, MARKER))
     if marker is not None:
         return done(True, marker)
-    _check_failed(root, key)
+    check_failed(root, key)
     with locked(root, key):
-        marker = _read_json(os.path.join(path, MARKER))
+        marker = read_json(os.path.join(path, MARKER))
         if marker is not None:
             return done(True, marker)
-        _check_failed(root, key)
+        check_failed(root, key)
         shutil.rmtree(path, ignore_errors=True)  # a build that died half way
         os.makedirs(os.path.join(root, "envs"), exist_ok=True)
         log.info("environment_building", key=key[:12], python=version)
@@ -408,6 +351,6 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             "seconds": round(time.monotonic() - start, 3),
             "unique_bytes": unique_bytes(path),
         }
-        _write_json(os.path.join(path, MARKER), marker)
+        write_json(os.path.join(path, MARKER), marker)
         log.info("environment_built", key=key[:12], seconds=marker["seconds"])
         return done(False, marker)

@@ -21,7 +21,8 @@ from typing import Any
 
 from .._errors import RequestError
 from .._progress import terminal_bar
-from .build import MARKER, Built, default_root, ensure, uv_binary
+from .build import MARKER, Built, _exclude_newer, default_root, ensure, uv_binary
+from .inplace import ensure_inplace, gc_inplace
 from .spec import EnvBroken, EnvSpec
 
 #: A line of progress this often on a stderr that is not a terminal.
@@ -70,7 +71,10 @@ def build_main(args: Any) -> int:
     def one(item: tuple[str, EnvSpec]) -> None:
         repo, spec = item
         try:
-            result: Built | EnvBroken = ensure(spec, repo, root)
+            built = ensure(spec, repo, root)
+            if spec.inplace:  # the repo's C extensions too, built in place once per base
+                ensure_inplace(built, repo, root, exclude_newer=_exclude_newer(spec, repo))
+            result: Built | EnvBroken = built
         except EnvBroken as e:
             result = e
         with lock:
@@ -178,6 +182,7 @@ def gc_main(args: Any) -> int:
             path = os.path.join(root, "envs", str(m["key"]))
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
+    removed += gc_inplace(root)  # builds of C extensions whose environment is gone
     tmp = os.path.join(root, "tmp")
     for name in os.listdir(tmp) if os.path.isdir(tmp) else []:
         shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)

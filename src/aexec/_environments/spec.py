@@ -39,7 +39,17 @@ SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 _VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_FIELDS = ("python", "requirements", "packages", "extras", "install", "exclude_newer", "edits", "system")
+_FIELDS = (
+    "python",
+    "requirements",
+    "packages",
+    "extras",
+    "install",
+    "exclude_newer",
+    "edits",
+    "system",
+    "inplace",
+)
 
 
 class EnvBroken(Exception):
@@ -89,6 +99,8 @@ def _check(spec: EnvSpec) -> None:
                 f"environment.edits[{i}] edits {path!r}: only the setup files the build reads"
                 f" ({', '.join(SETUP_FILES)}, the requirements files) are edited"
             )
+    if not isinstance(spec.inplace, bool):
+        raise RequestError(f"environment.inplace must be true or false, got {spec.inplace!r}")
     if spec.install not in INSTALL_MODES:
         raise RequestError(
             f"environment.install must be one of {', '.join(INSTALL_MODES)}, got {spec.install!r}"
@@ -119,6 +131,9 @@ class EnvSpec:
     system: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("system"))
     #: ``sed -i`` edits of the setup files, made before resolving (`aexec._environments.edits`).
     edits: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("edits"))
+    #: The repo builds C extensions in place (``setup.py build_ext --inplace``): built once
+    #: per base and carried into each candidate's copy (``aexec._environments.inplace``).
+    inplace: bool = False
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -133,6 +148,7 @@ class EnvSpec:
             "exclude_newer": self.exclude_newer,
             **({"edits": list(self.edits)} if self.edits else {}),
             "system": list(self.system),
+            **({"inplace": True} if self.inplace else {}),
         }
 
     def unsupported(self) -> str | None:

@@ -17,10 +17,14 @@ and only when asked) read into an `EnvSpec` and the spec's test command, as data
 
 A spec that needs more than that is an `EnvSpec` whose ``system`` says, in one line
 each, what is missing (an ``env_broken`` ``unsupported`` observation when run): a conda
-``environment.yml``, apt packages, another command; an install that builds C
-extensions in place (``setup.py build``, ``build_ext``, ``--no-build-isolation``, and
-the repos known to: astropy, scikit-learn, matplotlib). A Python the machine lacks
-(SWE-bench's 3.5) is said when the environment is built.
+``environment.yml``, apt packages, another command; matplotlib (apt's ffmpeg and
+friends, and its build downloads qhull). A Python the machine lacks (SWE-bench's 3.5)
+is said when the environment is built.
+
+An install that builds C extensions in place (``setup.py build``, ``build_ext``,
+``--no-build-isolation``, and the repos known to: astropy, scikit-learn) is an `EnvSpec`
+with ``inplace``: built once per base and carried into each candidate's copy
+(``aexec._environments.inplace``).
 
 ``packages`` other than ``requirements.txt`` / ``environment.yml`` is the conda package
 list SWE-bench creates its environment with; plain ``name`` / ``name=version`` /
@@ -48,6 +52,8 @@ __all__ = ["SpecEntry", "Table", "from_spec", "load_table", "lookup", "repo_of"]
 
 #: Repos whose install builds C extensions in place (SWE-bench's install hides it).
 C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "matplotlib/matplotlib"})
+#: Of those, the ones whose in-place build needs more than pip (apt packages, a download).
+UNSUPPORTED_BUILDS = {"matplotlib/matplotlib": "apt's ffmpeg, imagemagick, … and a qhull download"}
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
 _EXTRAS = re.compile(r"\.\[([^\]]+)\]")
 _CONDA_PKG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:(==?|<=?|>=?|!=)([A-Za-z0-9.*+!_-]+))?$")
@@ -143,8 +149,9 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
             system.append(f"eval_commands runs {command[:120]!r} before the tests")
         elif (exported := _export(command)) is not None and not _utf8_locale(*exported):
             system.append(f"eval_commands sets {command[7:][:120]}, which aexec's runs do not carry")
-    if repo in C_EXTENSION_REPOS or _IN_PLACE.search(install):
-        system.append(f"builds C extensions in place ({install or repo})")
+    inplace = repo in C_EXTENSION_REPOS or bool(_IN_PLACE.search(install))
+    if repo in UNSUPPORTED_BUILDS:
+        system.append(f"builds C extensions in place with {UNSUPPORTED_BUILDS[repo]}")
     extras = tuple(e.strip() for m in _EXTRAS.findall(install) for e in m.split(",") if e.strip())
     mode = "deps" if install else "none"
     try:
@@ -156,6 +163,7 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
             mode,
             system=tuple(dict.fromkeys(system)),
             edits=tuple(edits),
+            inplace=inplace,
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))

@@ -63,6 +63,7 @@ from .._stages.parse import SNIPPET_NAME, parse, parse_language
 from .._stages.plan import BoxFacts, RunFacts, Scratch, plan
 from .._types import MAX_FETCH_BYTES, MAX_FETCH_TOTAL_BYTES
 from .cache import in_thread
+from .rebuild import Rebuild, carry_base, plan_rebuild, rebuild
 from .session import Job, Session
 
 
@@ -175,6 +176,8 @@ class Prepared:
     touched: list[str] = attrs.field(factory=list)
     written: dict[str, str] = attrs.field(factory=dict)
     before: dict[str, tuple[int, int]] = attrs.field(factory=dict)
+    #: The in-place build to run first (a patch touched a compiled source).
+    rebuild: Rebuild | None = None
 
 
 async def run(session: Session, job: Job, *, patched: bool) -> Done:
@@ -192,6 +195,12 @@ async def run(session: Session, job: Job, *, patched: bool) -> Done:
         assert prep.refusal is not None
         return Done(prep.refusal, prep.scratch)
     try:
+        if prep.rebuild is not None:
+            failed, tests, before = await rebuild(session, job, prep.rebuild, prep.scratch, prep.invocation)
+            if failed is not None or before is None:
+                return Done(failed or Outcome(), prep.scratch)
+            prep = attrs.evolve(prep, invocation=tests, before=before)
+        assert prep.invocation is not None
         async with session.slots.slot(prep.invocation.run, job.index):
             raw = await session.supervisor.execute(prep.invocation)
         outcome = await in_thread(collect, job, prep, raw)
@@ -226,6 +235,7 @@ def _lay_out(
 ) -> Prepared:
     c, tool, env, lang = job.candidate, job.tool, job.env, job.lang
     make_view(scratch, c.repo, bytecode)
+    carry_base(job, scratch.work)
     touched = list(job.patches.touched) if patched else []
     oracle = list(job.patches.oracle)
     config_changed = False
@@ -305,8 +315,9 @@ def _lay_out(
         server=server,
         isolation=session.isolation,
     )
+    built = plan_rebuild(session, job, facts, env, touched, oracle, uid, lim.disk_bytes)
     return Prepared(
-        scratch, None, invocation, config_changed, snippet, touched, written, snapshot(scratch.root)
+        scratch, None, invocation, config_changed, snippet, touched, written, snapshot(scratch.root), built
     )
 
 

@@ -26,7 +26,8 @@ from .._boundary.patch import PatchError, patch_paths
 from .._boundary.scratch import import_roots
 from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
-from .._environments.build import Built, default_root, ensure
+from .._environments.build import Built, _exclude_newer, default_root, ensure
+from .._environments.inplace import InPlace, ensure_inplace
 from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, Environment, ExecutionObservation
@@ -77,6 +78,8 @@ class Job:
     aexec_version: str = ""
     #: The confirming re-run and the tamper check are on (off only for the §7.5 A/B).
     guarded: bool = True
+    #: The base's C extensions built in place (a declared environment's ``inplace``).
+    inplace: InPlace | None = None
 
 
 def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | None]:
@@ -142,6 +145,7 @@ class Session:
         self.lang_toolchains: Inflight[LangToolchain] = Inflight()
         #: A declared environment is looked up (or built) once per call per repo and spec.
         self.environments: Inflight[Built] = Inflight()
+        self.inplaces: Inflight[InPlace] = Inflight()
         self._bytecode: Inflight[str | None] = Inflight()
         #: Per repo, what the call's test runs select of it together (None: a whole suite).
         self.selections = selections
@@ -237,6 +241,7 @@ class Session:
             repo_modules=modules,
             aexec_version=self.version,
             guarded=self.guarded,
+            inplace=await self.inplace(candidate, built),
         )
 
     async def environment(self, candidate: Candidate) -> Built | None:
@@ -249,6 +254,20 @@ class Session:
         key = json.dumps([repo, root, spec.as_json()])
         built, _ = await self.environments.run(key, lambda: in_thread(ensure, spec, repo, root))
         return built
+
+    async def inplace(self, candidate: Candidate, built: Built | None) -> InPlace | None:
+        """The base's C extensions built in place for ``built``, on first use (None unless
+        the environment declares ``inplace``); raises `EnvBroken` ``build``."""
+        spec, repo = candidate.environment, candidate.repo
+        if built is None or spec is None or repo is None or not spec.inplace:
+            return None
+        root = self.options.env_dir or default_root(self.options.cache_dir)
+
+        def make() -> InPlace:
+            return ensure_inplace(built, repo, root, exclude_newer=_exclude_newer(spec, repo))
+
+        got, _ = await self.inplaces.run(json.dumps([repo, root, built.key]), lambda: in_thread(make))
+        return got
 
     async def server(self, job: Job) -> ForkServer | None:
         """The warm fork server for the job's runs, if one serves them (`Warm.server`)."""

@@ -121,6 +121,9 @@ class Outcome:
     refused: str | None = None
     #: The request's ``test_patch`` does not apply: git's reason (nothing ran).
     oracle_refused: str | None = None
+    #: The patched copy's C extensions do not build (``aexec._pipeline.rebuild``): the
+    #: build's tail (no test ran).
+    build_failed: str | None = None
     #: Which fixtures and markers the run found missing a file of the repo defines.
     defines: frozenset[tuple[str, str]] = frozenset()
     #: A before-run's per-test verdicts (it may come from the cache, without a run).
@@ -301,6 +304,8 @@ def conclude(job: Job, results: Results) -> ExecutionObservation:
         return graded(
             refused(head(job), environment=env, message=f"patch does not apply: {first.refused}"), c
         )
+    if first.build_failed is not None:  # the candidate's patch breaks the in-place build
+        return graded(refused(head(job), environment=env, message=first.build_failed), c)
     broken = first.oracle_refused or (results.before.oracle_refused if results.before else None)
     if broken is not None or first.run is None:
         return graded(instance_error(head(job), environment=env, message=ORACLE + str(broken)), c)

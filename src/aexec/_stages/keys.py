@@ -197,3 +197,11 @@ def environment_key(*, interpreter: str, lock_hash: str, setup_hash: str) -> str
     """What is built: the interpreter, the resolved lock and the repo's setup files. Two
     specs that resolve to one lock share one environment."""
     return cache_key(role="environment", interpreter=interpreter, lock=lock_hash, setup=setup_hash)
+
+
+def inplace_key(*, environment: str, requires: Any, sources: Mapping[str, str], argv: Any) -> str:
+    """A base's C extensions built in place: the environment, the build requirements it
+    lacked, the repo's compiled sources and build files by content, and the build's argv."""
+    return cache_key(
+        role="inplace", environment=environment, requires=requires, sources=dict(sources), argv=argv
+    )

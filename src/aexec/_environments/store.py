@@ -1,0 +1,73 @@
+"""The environments root's records (I/O): JSON written atomically, one file lock per key,
+the failures recorded so that a key is not built again (``aexec env gc`` forgets them),
+and the bytes a directory alone holds."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+
+from .spec import EnvBroken
+
+__all__ = ["check_failed", "fail", "locked", "read_json", "unique_bytes", "write_json"]
+
+
+def read_json(path: str) -> dict[str, object] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(path: str, data: Mapping[str, object]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def locked(root: str, key: str) -> Iterator[None]:
+    """Hold ``key``'s file lock (one holder across threads and processes)."""
+    os.makedirs(os.path.join(root, "locks"), exist_ok=True)
+    fd = os.open(os.path.join(root, "locks", key), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_failed(root: str, key: str) -> None:
+    failed = read_json(os.path.join(root, "failed", key + ".json"))
+    if failed is not None:
+        raise EnvBroken(str(failed.get("kind", "build")), str(failed.get("message", "")))
+
+
+def fail(root: str, key: str, kind: str, message: str) -> EnvBroken:
+    """Record the failure (not offline: that one may be the missing network's)."""
+    if not os.environ.get("UV_OFFLINE"):
+        write_json(
+            os.path.join(root, "failed", key + ".json"), {"kind": kind, "message": message, "at": time.time()}
+        )
+    return EnvBroken(kind, message)
+
+
+def unique_bytes(path: str) -> int:
+    """Bytes of the regular files under ``path`` with no other link (what it alone costs)."""
+    total = 0
+    for top, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(top, name))
+                if st.st_nlink == 1 and not os.path.islink(os.path.join(top, name)):
+                    total += st.st_size
+    return total
