@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from aexec._environments.command import ls_main
+from aexec._environments.command import gc_main, ls_main
 from aexec._environments.spec import EnvBroken
 from aexec._environments.store import check_failed, fail, recorded_failure
 from aexec._version import VERSION
@@ -48,3 +48,15 @@ def test_env_ls_says_which_failures_are_ignored(tmp_path: Path, capsys: pytest.C
         f"{'a' * 12}  env_broken build: current",
         f"{'b' * 12}  env_broken build: old (recorded by an older aexec: ignored, built again)",
     ]
+
+
+def test_env_gc_removes_the_failures_another_version_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fail(str(tmp_path), "a" * 64, "build", "current")
+    old = tmp_path / "failed" / ("b" * 64 + ".json")
+    old.write_text(json.dumps({"kind": "build", "message": "old", "aexec_version": "0.0.1"}))
+    args = argparse.Namespace(env_dir=str(tmp_path), cache_dir=None, unused_days=None, failures=False)
+    assert gc_main(args) == 0
+    assert [p.name for p in (tmp_path / "failed").iterdir()] == ["a" * 64 + ".json"]
+    assert f"aexec env gc: removed {old}\n" in capsys.readouterr().err

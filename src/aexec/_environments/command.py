@@ -209,7 +209,8 @@ def _inplace_markers(root: str) -> list[dict[str, Any]]:
 
 
 def gc_main(args: Any) -> int:
-    """Remove what no key uses: partial builds, resolution copies, and with
+    """Remove what no key uses: partial builds, resolution copies, in-place builds whose
+    environment is gone, failures another aexec version recorded (ignored), and with
     ``--unused-days N`` environments not used for N days; ``--failures`` forgets the
     recorded failures (tried again next time); then ``uv cache prune``."""
     root = _root(args)
@@ -230,6 +231,11 @@ def gc_main(args: Any) -> int:
     if args.failures and os.path.isdir(failed):
         removed += [os.path.join(failed, n) for n in os.listdir(failed)]
         shutil.rmtree(failed, ignore_errors=True)
+    for name in sorted(os.listdir(failed)) if os.path.isdir(failed) else []:
+        record = read_json(os.path.join(failed, name))
+        if record is not None and record.get("aexec_version") != VERSION:  # ignored: another version's
+            os.unlink(os.path.join(failed, name))
+            removed.append(os.path.join(failed, name))
     if os.path.isdir(os.path.join(root, "uv-cache")):
         env = {**os.environ, "UV_CACHE_DIR": os.path.join(root, "uv-cache")}
         subprocess.run([uv_binary(), "cache", "prune", "--quiet"], env=env, check=False)
