@@ -169,12 +169,9 @@ def _check_candidate(c: Candidate) -> None:
             raise RequestError(f"id must be a string or an integer, got {type(c.id).__name__}")
         if isinstance(c.id, str):
             _valid_text("id", c.id)
-    for name in ("code", "patch", "test_patch", "runner_reason"):
+    for name in ("code", "patch", "test_patch", "runner_reason", "repo", "python"):
         if getattr(c, name) is not None:
-            _valid_text(name, getattr(c, name))
-    for name in ("repo", "python"):
-        if getattr(c, name) is not None:
-            _valid_text(name, getattr(c, name), path=True)
+            _valid_text(name, getattr(c, name), path=name in ("repo", "python"))
     for name in ("command", "tests", "fail_to_pass", "pass_to_pass"):
         value = getattr(c, name)
         if value is None:
@@ -227,9 +224,12 @@ class Environment:
     #: Processes and threads of the run at once.
     pids_cap: int = DEFAULT_PIDS
     open_files_cap: int = DEFAULT_OPEN_FILES
-    #: A built environment's key and its resolved lock's SHA-256 (else None: provenance).
+    #: Provenance (else None): the built environment's key, its lock's SHA-256, its in-place
+    #: build's key, and whether this run rebuilt that in its copy (a patch touched a source).
     environment_key: str | None = None
     lock_hash: str | None = None
+    inplace_key: str | None = None
+    inplace_rebuilt: bool | None = None
 
 
 @attrs.frozen

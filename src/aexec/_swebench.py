@@ -240,6 +240,17 @@ def candidate(instance: Instance, prediction: Prediction) -> Candidate:
     )
 
 
+#: What an instance's ``environment`` says in the report: what it ran in (else None).
+PROVENANCE = (
+    "toolchain",
+    "toolchain_version",
+    "environment_key",
+    "lock_hash",
+    "inplace_key",
+    "inplace_rebuilt",
+)
+
+
 def _detail(instance: Instance, prediction: Prediction, obs: ExecutionObservation | None) -> dict[str, Any]:
     """One instance's entry, in the layout of SWE-bench's per-instance ``report.json``
     plus aexec's verdict, flags, failure and error."""
@@ -265,6 +276,7 @@ def _detail(instance: Instance, prediction: Prediction, obs: ExecutionObservatio
         "runner": obs.runner,
         "runner_reason": obs.runner_reason,
         "flags": attrs.asdict(obs.flags),
+        "environment": {k: getattr(obs.environment, k) for k in PROVENANCE},
         "failure": None if obs.failure is None else attrs.asdict(obs.failure),
         "error": obs.error,
     }

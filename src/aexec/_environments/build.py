@@ -114,7 +114,7 @@ def setup_hash(repo: str, spec: EnvSpec) -> str:
     return setup_key(files)
 
 
-def _exclude_newer(spec: EnvSpec, repo: str) -> str | None:
+def exclude_newer_of(spec: EnvSpec, repo: str) -> str | None:
     if spec.exclude_newer != "base":
         return spec.exclude_newer
     try:
@@ -284,7 +284,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
     version = next(v for v, p in found.items() if p == interpreter)
     ident = f"{interpreter} {version}"
     setup = setup_hash(repo, spec)
-    exclude = _exclude_newer(spec, repo)
+    exclude = exclude_newer_of(spec, repo)
     index = {v: os.environ[v] for v in INDEX_VARS if os.environ.get(v)}
     rkey = resolution_key(
         spec={**spec.as_json(), "exclude_newer": exclude}, interpreter=ident, setup_hash=setup, index=index

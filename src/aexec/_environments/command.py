@@ -21,9 +21,12 @@ from typing import Any
 
 from .._errors import RequestError
 from .._progress import terminal_bar
-from .build import MARKER, Built, _exclude_newer, default_root, ensure, uv_binary
+from .._version import VERSION
+from .build import MARKER, Built, default_root, ensure, exclude_newer_of, uv_binary
+from .inplace import MARKER as INPLACE_MARKER
 from .inplace import ensure_inplace, gc_inplace
 from .spec import EnvBroken, EnvSpec
+from .store import read_json, unique_bytes
 
 #: A line of progress this often on a stderr that is not a terminal.
 PROGRESS_EVERY_S = 10.0
@@ -73,7 +76,7 @@ def build_main(args: Any) -> int:
         try:
             built = ensure(spec, repo, root)
             if spec.inplace:  # the repo's C extensions too, built in place once per base
-                ensure_inplace(built, repo, root, exclude_newer=_exclude_newer(spec, repo))
+                ensure_inplace(built, repo, root, exclude_newer=exclude_newer_of(spec, repo))
             result: Built | EnvBroken = built
         except EnvBroken as e:
             result = e
@@ -158,19 +161,56 @@ def ls_main(args: Any) -> int:
             f"  {int(m.get('unique_bytes', 0)) / 2**20:7.1f} MiB own"
             f"  used {time.strftime('%Y-%m-%d %H:%M', time.localtime(m['used']))}  {extra}"
         )
+    builds = _inplace_markers(root)
+    for m in builds:
+        if m.get("partial"):
+            print(
+                f"{m['key'][:12]}  in-place, partial (a build that did not finish; `aexec env gc` removes it)"
+            )
+            continue
+        print(
+            f"{m['key'][:12]}  in-place build of environment {str(m.get('environment'))[:12]}"
+            f"  {len(m.get('files') or [])} files carried  {int(m['unique_bytes']) / 2**20:7.1f} MiB own"
+            f"  built in {float(m.get('seconds', 0)):.1f} s"
+            f"  used {time.strftime('%Y-%m-%d %H:%M', time.localtime(m['used']))}"
+        )
     failed = os.path.join(root, "failed")
     for name in sorted(os.listdir(failed)) if os.path.isdir(failed) else []:
-        with open(os.path.join(failed, name), encoding="utf-8") as f:
-            record = json.load(f)
+        record = read_json(os.path.join(failed, name)) or {}
         said = str(record.get("message", "")).splitlines() or [""]
         message = said[0] + (f" … {said[-1].strip()}" if len(said) > 1 else "")
-        print(f"{name[:12]}  env_broken {record.get('kind')}: {message}")
-    print(f"aexec env: {len(markers)} environments in {root}", file=sys.stderr)
+        was = record.get("aexec_version")
+        stale = (
+            ""
+            if was == VERSION
+            else f" (recorded by {f'aexec {was}' if was else 'an older aexec'}: ignored, built again)"
+        )
+        print(f"{name[:12]}  env_broken {record.get('kind')}: {message}{stale}")
+    print(f"aexec env: {len(markers)} environments, {len(builds)} in-place builds in {root}", file=sys.stderr)
     return 0
 
 
+def _inplace_markers(root: str) -> list[dict[str, Any]]:
+    """The in-place builds (`aexec._environments.inplace`): each one's marker, with its
+    last use and the bytes it alone holds; ``partial`` for one with no marker."""
+    out: list[dict[str, Any]] = []
+    base = os.path.join(root, "inplace")
+    for key in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        path = os.path.join(base, key, INPLACE_MARKER)
+        marker = read_json(path)
+        if marker is None:
+            out.append({"key": key, "partial": True})
+            continue
+        used = os.path.getmtime(path)
+        out.append(
+            {**marker, "key": key, "used": used, "unique_bytes": unique_bytes(os.path.join(base, key))}
+        )
+    return out
+
+
 def gc_main(args: Any) -> int:
-    """Remove what no key uses: partial builds, resolution copies, and with
+    """Remove what no key uses: partial builds, resolution copies, in-place builds whose
+    environment is gone, failures another aexec version recorded (ignored), and with
     ``--unused-days N`` environments not used for N days; ``--failures`` forgets the
     recorded failures (tried again next time); then ``uv cache prune``."""
     root = _root(args)
@@ -191,6 +231,11 @@ def gc_main(args: Any) -> int:
     if args.failures and os.path.isdir(failed):
         removed += [os.path.join(failed, n) for n in os.listdir(failed)]
         shutil.rmtree(failed, ignore_errors=True)
+    for name in sorted(os.listdir(failed)) if os.path.isdir(failed) else []:
+        record = read_json(os.path.join(failed, name))
+        if record is not None and record.get("aexec_version") != VERSION:  # ignored: another version's
+            os.unlink(os.path.join(failed, name))
+            removed.append(os.path.join(failed, name))
     if os.path.isdir(os.path.join(root, "uv-cache")):
         env = {**os.environ, "UV_CACHE_DIR": os.path.join(root, "uv-cache")}
         subprocess.run([uv_binary(), "cache", "prune", "--quiet"], env=env, check=False)

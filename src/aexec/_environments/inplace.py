@@ -272,6 +272,8 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
 
     marker = read_json(os.path.join(home, MARKER))
     if marker is not None:
+        with contextlib.suppress(OSError):
+            os.utime(os.path.join(home, MARKER))  # last use, for `aexec env ls`
         return done(True, marker)
     check_failed(root, key)
     with locked(root, key):

@@ -1,6 +1,7 @@
 """The environments root's records (I/O): JSON written atomically, one file lock per key,
-the failures recorded so that a key is not built again (``aexec env gc`` forgets them),
-and the bytes a directory alone holds."""
+the failures recorded so that a key is not built again (``aexec env gc`` forgets them;
+one recorded by another aexec version counts as absent: its builder may have been the
+fault), and the bytes a directory alone holds."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 
+from .._log import get_logger
+from .._version import VERSION
 from .spec import EnvBroken
 
-__all__ = ["check_failed", "fail", "locked", "read_json", "unique_bytes", "write_json"]
+log = get_logger(__name__)
+
+__all__ = ["check_failed", "fail", "locked", "read_json", "recorded_failure", "unique_bytes", "write_json"]
 
 
 def read_json(path: str) -> dict[str, object] | None:
@@ -46,8 +51,21 @@ def locked(root: str, key: str) -> Iterator[None]:
         os.close(fd)
 
 
+def recorded_failure(root: str, key: str) -> dict[str, object] | None:
+    """``key``'s recorded failure, if this aexec version recorded it (another version's,
+    or one without a version, is absent: logged ``env_failure_stale``, built again)."""
+    path = os.path.join(root, "failed", key + ".json")
+    failed = read_json(path)
+    if failed is not None and failed.get("aexec_version") != VERSION:
+        was = failed.get("aexec_version")
+        log.info("env_failure_stale", key=key[:12], recorded_by=was, aexec_version=VERSION, path=path)
+        return None
+    return failed
+
+
 def check_failed(root: str, key: str) -> None:
-    failed = read_json(os.path.join(root, "failed", key + ".json"))
+    """Raise ``key``'s recorded failure (`recorded_failure`) as `EnvBroken`, if any."""
+    failed = recorded_failure(root, key)
     if failed is not None:
         raise EnvBroken(str(failed.get("kind", "build")), str(failed.get("message", "")))
 
@@ -56,7 +74,8 @@ def fail(root: str, key: str, kind: str, message: str) -> EnvBroken:
     """Record the failure (not offline: that one may be the missing network's)."""
     if not os.environ.get("UV_OFFLINE"):
         write_json(
-            os.path.join(root, "failed", key + ".json"), {"kind": kind, "message": message, "at": time.time()}
+            os.path.join(root, "failed", key + ".json"),
+            {"kind": kind, "message": message, "at": time.time(), "aexec_version": VERSION},
         )
     return EnvBroken(kind, message)
 

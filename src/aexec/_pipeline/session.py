@@ -26,8 +26,8 @@ from .._boundary.patch import PatchError, patch_paths
 from .._boundary.scratch import import_roots
 from .._boundary.supervise import Supervisor
 from .._boundary.trees import hash_tree
-from .._environments.build import Built, _exclude_newer, default_root, ensure
-from .._environments.inplace import InPlace, ensure_inplace
+from .._environments.build import Built, default_root, ensure, exclude_newer_of
+from .._environments.inplace import InPlace, ensure_inplace, touches_build
 from .._log import get_logger
 from .._options import Options
 from .._records import Candidate, Environment, ExecutionObservation
@@ -203,8 +203,15 @@ class Session:
             max_cores=float(os.cpu_count() or 1),
             request_type=candidate.request_type,
         )
+        patches, modules = Patches(), frozenset[str]()
+        if candidate.patch is not None or candidate.test_patch is not None or runners.python_suite(runner):
+            patches, modules = await in_thread(_read, candidate, runner)
+        inplace = await self.inplace(candidate, built)
         if built is not None:
             env = attrs.evolve(env, environment_key=built.key, lock_hash=built.lock_hash)
+        if inplace is not None:  # the patched run's: the candidate's and the oracle's files
+            rebuilt = touches_build([*patches.touched, *patches.oracle])
+            env = attrs.evolve(env, inplace_key=inplace.key, inplace_rebuilt=rebuilt)
         repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
         version = artifact_version(
             repo_hash, candidate.patch, candidate.code, candidate.command, run_inputs(candidate)
@@ -222,9 +229,6 @@ class Session:
             toolchain=tool.fingerprint,
             language_toolchain=None if lang is None else lang.fingerprint,
         )
-        patches, modules = Patches(), frozenset[str]()
-        if candidate.patch is not None or candidate.test_patch is not None or runners.python_suite(runner):
-            patches, modules = await in_thread(_read, candidate, runner)
         return Job(
             index,
             candidate,
@@ -241,7 +245,7 @@ class Session:
             repo_modules=modules,
             aexec_version=self.version,
             guarded=self.guarded,
-            inplace=await self.inplace(candidate, built),
+            inplace=inplace,
         )
 
     async def environment(self, candidate: Candidate) -> Built | None:
@@ -264,7 +268,7 @@ class Session:
         root = self.options.env_dir or default_root(self.options.cache_dir)
 
         def make() -> InPlace:
-            return ensure_inplace(built, repo, root, exclude_newer=_exclude_newer(spec, repo))
+            return ensure_inplace(built, repo, root, exclude_newer=exclude_newer_of(spec, repo))
 
         got, _ = await self.inplaces.run(json.dumps([repo, root, built.key]), lambda: in_thread(make))
         return got
