@@ -1670,33 +1670,6 @@ async def test_an_internal_fault_is_that_candidates_own_one_line_error(exc: Base
 # --------------------------------------------------------------------------------------
 
 
-def readme_example() -> str:
-    text = (EXAMPLES.parent / "README.md").read_text()
-    # The first Python block is the library's example (the service's client comes later).
-    return re.findall(r"```python\n(.*?)```", text, re.S)[0]
-
-
-@pytest.mark.parametrize(
-    "backend", ["asyncio", "trio"], ids=["P0-readme-example-asyncio", "P0-readme-example-trio"]
-)
-def test_the_readme_python_example_runs_as_written(backend: str) -> None:
-    """P0: the README's Python example runs as written from a checkout (on asyncio, and
-    on trio as its comment says), printing one line per candidate."""
-    code = readme_example()
-    if backend == "trio":
-        code = code.replace("anyio.run(main)", 'anyio.run(main, backend="trio")', 1)
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=EXAMPLES.parent,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert len(done.stdout.strip().splitlines()) == code.count("Candidate(")
-
-
 def test_the_contract_lists_the_bounds() -> None:
     """P1 documented: docs/contract.md states the declared bounds of every numeric
     policy value that the reader enforces."""
