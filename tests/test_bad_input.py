@@ -1129,14 +1129,22 @@ def test_what_a_killed_aexec_left_is_swept(tmp_path: Path, sweeper: str) -> None
             shutil.rmtree(a / n, ignore_errors=True)
 
 
-#: The real command with the interpreter probe's bound cut from 60 s to 10 s: the bound is
-#: what is tested, not its length (10 s leaves a sane interpreter's probe room on a loaded machine).
-SHORT_PROBE = (
-    sys.executable,
-    "-c",
-    "import sys, aexec._pipeline.toolchain as t, aexec._cli as c;"
-    " assert t.PROBE_TIMEOUT_S >= 10.0; t.PROBE_TIMEOUT_S = 10.0; sys.exit(c.main(sys.argv[1:]))",
-)
+def aexec_with(module: str, name: str, value: float) -> tuple[str, ...]:
+    """The real command with one of aexec's bounds or intervals (``module.name``) cut to
+    ``value``, for a test of what the bound does rather than of how long it is. A renamed
+    or already shorter constant fails the command (an AssertionError), so the test cannot
+    pass by silently waiting out the full length."""
+    return (
+        sys.executable,
+        "-c",
+        f"import importlib, sys; m = importlib.import_module({module!r}); assert m.{name} >= {value!r}"
+        f"; m.{name} = {value!r}; import aexec._cli as c; sys.exit(c.main(sys.argv[1:]))",
+    )
+
+
+#: The interpreter probe's bound cut from 60 s to 10 s (room for a sane interpreter's
+#: probe on a loaded machine).
+SHORT_PROBE = aexec_with("aexec._pipeline.toolchain", "PROBE_TIMEOUT_S", 10.0)
 
 
 def test_python_that_hangs_is_bounded(tmp_path: Path) -> None:
@@ -1684,14 +1692,16 @@ def test_a_long_run_prints_progress_on_a_non_terminal_stderr(tmp_path: Path) -> 
     one-line progress on stderr before it ends."""
     cases = tmp_path / "cases.jsonl"
     rows = [good("quick")] + [
-        {**good(f"s{i}", f"import time\ntime.sleep(6)\nprint({i})"), "policy": {"timeout_s": 30}}
+        {**good(f"s{i}", f"import time\ntime.sleep(2)\nprint({i})"), "policy": {"timeout_s": 30}}
         for i in range(3)
     ]
     cases.write_bytes(b"".join(jline(r) for r in rows))
     err = tmp_path / "err.txt"
+    # A progress line every second instead of every 10 s: runs of 3 x 2 s show it.
+    command = aexec_with("aexec._cli", "PROGRESS_EVERY_S", 1.0)
     with open(err, "wb") as e:
         proc = subprocess.Popen(
-            [*AEXEC, "observe", str(cases), "-o", str(tmp_path / "obs.jsonl"), "--no-cache", "--jobs", "1"],
+            [*command, "observe", str(cases), "-o", str(tmp_path / "obs.jsonl"), "--no-cache", "--jobs", "1"],
             stderr=e,
         )
         try:
