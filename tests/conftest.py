@@ -126,18 +126,22 @@ def live_pids_with(marker: str) -> list[int]:
     return found
 
 
-def aexec_in_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def aexec_in_process(
+    *args: str, cwd: Path | None = None, runs: bool = False
+) -> subprocess.CompletedProcess[str]:
     """``aexec ARGS`` called in this process (``aexec._cli.main``): its exit status and
     both streams, as ``subprocess.run`` gives them for the real command, without the
     second or so an interpreter takes to start. For what is refused before anything runs:
-    a run it starts fails the test (the real command's witnesses are in test_bad_input)."""
+    a run it starts fails the test (the real command's witnesses are in test_bad_input),
+    unless ``runs`` (then its candidates run for real)."""
 
     async def ran(self: object, invocation: aexec.Invocation) -> aexec.RawRun:
         raise AssertionError(f"aexec {' '.join(args)} started a run: {invocation.argv}")
 
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        mp.setattr(aexec.LocalSupervisor, "execute", ran)
+        if not runs:
+            mp.setattr(aexec.LocalSupervisor, "execute", ran)
         if cwd is not None:
             mp.chdir(cwd)
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from aexec import Candidate, ExecutionObservation, observe
+from aexec._environments.build import uv_binary
 from aexec._errors import RequestError
 from aexec._serde import candidate as read_request
 from aexec._stages.classify import pytest_command, route
@@ -45,7 +46,7 @@ def anyio_backend() -> str:
 
 
 def _venv(where: Path, *packages: str) -> str:
-    # No pip of its own (ensurepip costs seconds a venv): this process's pip installs into it.
+    # No pip of its own (ensurepip costs seconds a venv): uv installs into it.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     python = str(where / "bin" / "python")
     if packages:
@@ -54,18 +55,10 @@ def _venv(where: Path, *packages: str) -> str:
 
 
 def pip_install(python: str, *packages: str) -> None:
+    """``packages`` installed into ``python``'s venv by uv (the one aexec's environments
+    use): the same install as pip's, in a second where pip takes ten."""
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            python,
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            *packages,
-        ],
+        [uv_binary(), "pip", "install", "-q", "--python", python, *packages],
         check=True,
         capture_output=True,
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from aexec import Candidate, Policy, RequestError, observe_many
+from aexec._environments.build import uv_binary
 from aexec._runners import RUNNERS, choose_runner, patch_paths, runner_for_instance, same_test
 from aexec._stages.classify import route
 
@@ -56,9 +57,9 @@ def _fetch() -> tuple[Path, Path, str]:
             shutil.unpack_archive(str(CACHE / f"{name}.tar.gz"), str(CACHE))
     python = CACHE / "venv" / "bin" / "python"
     if not python.exists():
-        venv.create(CACHE / "venv", with_pip=True)
+        venv.create(CACHE / "venv", with_pip=False)  # uv installs into it: no ensurepip
         done = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "asgiref", "sqlparse", "mpmath"],
+            [uv_binary(), "pip", "install", "-q", "--python", str(python), "asgiref", "sqlparse", "mpmath"],
             capture_output=True,
             text=True,
             check=False,
