@@ -211,3 +211,19 @@ def test_a_pinned_package_replaces_the_requirement_files_line_for_it() -> None:
         "jinja2==3.0.1\n# markupsafe\n-c constraints.txt\n"
     )
     assert included(text) == ["tests.txt", "constraints.txt"]
+
+
+def test_an_edit_of_the_build_requires_keeps_the_environments_pin() -> None:
+    # astropy 4.3-5.2: pip_packages pin setuptools==68.0.0 (SWE-bench's environment has it)
+    # and pre_install pins pyproject.toml's [build-system] requires to it. The edit pins the
+    # build only: the environment keeps setuptools==68.0.0 (whose setuptools.dep_util
+    # astropy's setup_package.py imports), not the `setuptools<81` default.
+    spec = {
+        "python": "3.9",
+        "install": "python -m pip install -e .[test] --verbose",
+        "pip_packages": ["numpy==1.25.2", "setuptools==68.0.0"],
+        "pre_install": [ASTROPY_SED],
+    }
+    astropy = from_spec("astropy/astropy", spec)
+    assert astropy.packages == ("numpy==1.25.2", "setuptools==68.0.0")
+    assert astropy.edits == (ASTROPY_SED,) and astropy.inplace

@@ -140,7 +140,11 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
         system.append(other[0] + (f" (and {len(other) - 1} more commands)" if len(other) > 1 else ""))
     # SWE-bench installs the repo after pip_packages: a package an edit re-pins in the
     # setup files is the install's (sphinx 3.0-4.4: Jinja2==3.0.3, then setup.py's Jinja2<3.0).
-    repinned = {norm(n) for c in edits for n in _PINNED.findall(_replacements(c))}
+    # An edit of pyproject.toml pins its [build-system] requires (astropy's setuptools==68.0.0):
+    # the build's, not the environment's, whose pip_packages pin stays.
+    repinned = {
+        norm(n) for c in edits if parse(c).path != "pyproject.toml" for n in _PINNED.findall(_replacements(c))
+    }
     packages = [p for p in packages if norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) not in repinned]
     if not any(norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) == "setuptools" for p in packages):
         packages.append(SETUPTOOLS)
