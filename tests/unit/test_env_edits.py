@@ -227,3 +227,17 @@ def test_an_edit_of_the_build_requires_keeps_the_environments_pin() -> None:
     astropy = from_spec("astropy/astropy", spec)
     assert astropy.packages == ("numpy==1.25.2", "setuptools==68.0.0")
     assert astropy.edits == (ASTROPY_SED,) and astropy.inplace
+
+
+def test_a_bare_conda_name_on_python_36_is_what_conda_built_for_it() -> None:
+    # scikit-learn 0.20-0.22: conda's `cython` on Python 3.6 is 0.29.x (PyPI's Cython 3
+    # cannot compile their .pyx); pip_packages' bare `cython` is then already satisfied.
+    spec = {
+        "python": "3.6",
+        "packages": "numpy scipy cython pytest pandas matplotlib",
+        "install": "python -m pip install -v --no-use-pep517 --no-build-isolation -e .",
+        "pip_packages": ["cython", "numpy==1.19.2", "setuptools", "scipy==1.5.2"],
+    }
+    sklearn = from_spec("scikit-learn/scikit-learn", spec)
+    assert sklearn.packages[:3] == ("numpy", "scipy", "cython<3") and sklearn.inplace
+    assert "cython<3" not in from_spec("scikit-learn/scikit-learn", {**spec, "python": "3.9"}).packages
