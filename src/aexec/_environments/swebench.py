@@ -72,10 +72,17 @@ _LOCALE_SETUP = frozenset(
 )
 _EXPORT = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
 _LOCALE_VARS = frozenset({"LANG", "LC_ALL", "LANGUAGE", "LC_CTYPE", "LC_MESSAGES"})
-#: What conda installs for a bare name of the conda list on a Python it no longer builds
-#: for: its last build there (defaults' Cython for 3.6 is 0.29.x; PyPI's Cython 3 still
-#: ships 3.6 wheels, and scikit-learn 0.20-0.22's .pyx do not compile with it).
-CONDA_LAST = {"3.6": {"cython": "cython<3"}}
+#: An entry of the conda list, as pip can install here what conda installs:
+#: - a bare name on a Python conda no longer builds for: its last build there (defaults'
+#:   Cython for 3.6 is 0.29.x; PyPI's Cython 3 still ships 3.6 wheels, and scikit-learn
+#:   0.20-0.22's .pyx do not compile with it);
+#: - a pin conda built for a Python PyPI has no wheel of: the next patch release, the
+#:   first with one (scikit-learn 1.3-1.6 on 3.9: numpy 1.19.2 and scipy 1.5.2 would build
+#:   from source, scipy with a Fortran compiler and a BLAS).
+CONDA_AS_PIP = {
+    "3.6": {"cython": "cython<3"},
+    "3.9": {"numpy==1.19.2": "numpy==1.19.3", "scipy==1.5.2": "scipy==1.5.3"},
+}
 _PINNED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==|<=|>=|~=|!=|<|>)")
 _APT = re.compile(r"apt-get (?:-y )?install (?:-y )?(.*)$")
 
@@ -125,7 +132,7 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
         system.append("conda: environment.yml")
     elif isinstance(listed, str) and listed.strip():
         reqs, bad = _conda_packages(listed)
-        reqs = [CONDA_LAST.get(python, {}).get(r.lower(), r) for r in reqs]
+        reqs = [CONDA_AS_PIP.get(python, {}).get(r.lower(), r) for r in reqs]
         packages = [*reqs, *packages]
         system += [f"conda: {b}" for b in bad]
     apt = [str(a) for a in spec.get("apt-pkgs") or ()]
