@@ -245,7 +245,7 @@ def test_a_bare_conda_name_on_python_36_is_what_conda_built_for_it() -> None:
 
 def test_a_conda_pin_with_no_wheel_for_the_python_is_its_next_patch_release() -> None:
     # scikit-learn 1.3: conda has numpy 1.19.2 and scipy 1.5.2 for Python 3.9, PyPI only
-    # sdists (their 1.19.3 and 1.5.3 are the first with cp39 wheels).
+    # sdists (their 1.19.3 and 1.5.4 are the first with cp39 wheels).
     spec = {
         "python": "3.9",
         "packages": "'numpy==1.19.2' 'scipy==1.5.2' 'cython==3.0.10' pytest 'pandas<2.0.0'",
@@ -253,4 +253,4 @@ def test_a_conda_pin_with_no_wheel_for_the_python_is_its_next_patch_release() ->
         "pip_packages": ["cython", "setuptools", "numpy", "scipy"],
     }
     sklearn = from_spec("scikit-learn/scikit-learn", spec)
-    assert sklearn.packages[:3] == ("numpy==1.19.3", "scipy==1.5.3", "cython==3.0.10")
+    assert sklearn.packages[:3] == ("numpy==1.19.3", "scipy==1.5.4", "cython==3.0.10")
