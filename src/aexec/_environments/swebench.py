@@ -76,9 +76,9 @@ _LOCALE_VARS = frozenset({"LANG", "LC_ALL", "LANGUAGE", "LC_CTYPE", "LC_MESSAGES
 #: - a bare name on a Python conda no longer builds for: its last build there (defaults'
 #:   Cython for 3.6 is 0.29.x; PyPI's Cython 3 still ships 3.6 wheels, and scikit-learn
 #:   0.20-0.22's .pyx do not compile with it);
-#: - a pin conda built for a Python PyPI has no wheel of: the next patch release, the
-#:   first with one (scikit-learn 1.3-1.6 on 3.9: numpy 1.19.3, scipy 1.5.4; 1.19.2 and 1.5.2 would build
-#:   from source, scipy with a Fortran compiler and a BLAS).
+#: - a pin conda built for a Python PyPI has no wheel of: the first patch release with
+#:   one (scikit-learn 1.3-1.6 on 3.9: numpy 1.19.3, scipy 1.5.4; 1.19.2 and 1.5.2 would
+#:   build from source, scipy with a Fortran compiler and a BLAS).
 CONDA_AS_PIP = {
     "3.6": {"cython": "cython<3"},
     "3.9": {"numpy==1.19.2": "numpy==1.19.3", "scipy==1.5.2": "scipy==1.5.4"},
