@@ -134,11 +134,27 @@ def checkout(work: str, req: str) -> str:
     if not os.path.isdir(os.path.join(repo, ".git")):
         with tarfile.open(os.path.join(sdists, found[0])) as t:
             t.extractall(os.path.join(work, "repos"), filter="data")
+        _as_checkout(repo)
         git = ["git", "-C", repo, "-c", "user.email=a@b", "-c", "user.name=bench"]
         subprocess.run([*git, "init", "-q"], check=True)
         subprocess.run([*git, "add", "-A", "-f"], check=True)
         subprocess.run([*git, "commit", "-qm", "base"], check=True)
     return repo
+
+
+def _as_checkout(repo: str) -> None:
+    """astropy 4.3.1's sdist (its 2021 release branch) pins ``jinja2==2.10.3`` in its build
+    requires but not MarkupSafe, whose 2.1 broke that Jinja2: its build cannot even give
+    its metadata. astropy 5.0 pins ``markupsafe==2.0.1`` beside its Jinja2: the stand-in
+    does too (whether the checkouts of SWE-bench's 4.3 instances do is not checked)."""
+    path = os.path.join(repo, "pyproject.toml")
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if '"jinja2==2.10.3"' in text and "markupsafe" not in text.lower():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace('"jinja2==2.10.3"', '"markupsafe==2.0.1", "jinja2==2.10.3"'))
 
 
 def _diff(path: str, old: str | None, new: str) -> str:
