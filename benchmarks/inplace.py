@@ -17,6 +17,10 @@ line per case.
 - astropy 5.1 (SWE-bench's spec for 5.1: Python 3.9 and its ``pip_packages``, which
   pin ``setuptools==68.0.0`` — what its ``pre_install`` edit pins for the build): the
   wrong patch doubles a normalized convolution (``convolution/src/convolve.c``).
+
+``benchmarks/inplace_swebench.py`` grades scikit-learn and astropy the way a real
+SWE-bench instance is graded: through ``aexec env build`` / ``aexec swebench`` with
+``--specs swebench`` (the environment from SWE-bench's own spec table).
 """
 
 from __future__ import annotations

@@ -238,3 +238,16 @@ def test_a_build_past_its_deadline_is_killed_whole(
     for pid in left:  # on a build that is not confined: do not leave it behind
         os.kill(int(pid), 9)
     assert left == [], "a process the build started outlived it"
+
+
+def test_setup_code_writes_dev_null_as_the_builds_uid(make_repo: MakeRepo, tmp_path: Path) -> None:
+    # numpy.distutils (scikit-learn <= 1.0's setup.py) opens os.devnull for writing at import:
+    # the jail's device nodes are made under a 022 umask, and must still be 0666.
+    body = """
+        import os
+        with open(os.devnull, "w") as f:
+            f.write("x")
+        assert len(open("/dev/urandom", "rb").read(4)) == 4
+        """
+    built = ensure(spec(), str(make_repo(setup_py(body))), str(tmp_path / "envs"))
+    assert not built.cached

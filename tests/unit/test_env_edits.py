@@ -211,3 +211,46 @@ def test_a_pinned_package_replaces_the_requirement_files_line_for_it() -> None:
         "jinja2==3.0.1\n# markupsafe\n-c constraints.txt\n"
     )
     assert included(text) == ["tests.txt", "constraints.txt"]
+
+
+def test_an_edit_of_the_build_requires_keeps_the_environments_pin() -> None:
+    # astropy 4.3-5.2: pip_packages pin setuptools==68.0.0 (SWE-bench's environment has it)
+    # and pre_install pins pyproject.toml's [build-system] requires to it. The edit pins the
+    # build only: the environment keeps setuptools==68.0.0 (whose setuptools.dep_util
+    # astropy's setup_package.py imports), not the `setuptools<81` default.
+    spec = {
+        "python": "3.9",
+        "install": "python -m pip install -e .[test] --verbose",
+        "pip_packages": ["numpy==1.25.2", "setuptools==68.0.0"],
+        "pre_install": [ASTROPY_SED],
+    }
+    astropy = from_spec("astropy/astropy", spec)
+    assert astropy.packages == ("numpy==1.25.2", "setuptools==68.0.0")
+    assert astropy.edits == (ASTROPY_SED,) and astropy.inplace
+
+
+def test_a_bare_conda_name_on_python_36_is_what_conda_built_for_it() -> None:
+    # scikit-learn 0.20-0.22: conda's `cython` on Python 3.6 is 0.29.x (PyPI's Cython 3
+    # cannot compile their .pyx); pip_packages' bare `cython` is then already satisfied.
+    spec = {
+        "python": "3.6",
+        "packages": "numpy scipy cython pytest pandas matplotlib",
+        "install": "python -m pip install -v --no-use-pep517 --no-build-isolation -e .",
+        "pip_packages": ["cython", "numpy==1.19.2", "setuptools", "scipy==1.5.2"],
+    }
+    sklearn = from_spec("scikit-learn/scikit-learn", spec)
+    assert sklearn.packages[:3] == ("numpy", "scipy", "cython<3") and sklearn.inplace
+    assert "cython<3" not in from_spec("scikit-learn/scikit-learn", {**spec, "python": "3.9"}).packages
+
+
+def test_a_conda_pin_with_no_wheel_for_the_python_is_its_next_patch_release() -> None:
+    # scikit-learn 1.3: conda has numpy 1.19.2 and scipy 1.5.2 for Python 3.9, PyPI only
+    # sdists (their 1.19.3 and 1.5.4 are the first with cp39 wheels).
+    spec = {
+        "python": "3.9",
+        "packages": "'numpy==1.19.2' 'scipy==1.5.2' 'cython==3.0.10' pytest 'pandas<2.0.0'",
+        "install": "python -m pip install -v --no-use-pep517 --no-build-isolation -e .",
+        "pip_packages": ["cython", "setuptools", "numpy", "scipy"],
+    }
+    sklearn = from_spec("scikit-learn/scikit-learn", spec)
+    assert sklearn.packages[:3] == ("numpy==1.19.3", "scipy==1.5.4", "cython==3.0.10")

@@ -124,6 +124,7 @@ def build_root(spec: dict[str, Any]) -> None:
     os.mkdir(STAGE + "/dev", 0o755)
     for name, major, minor in DEV_NODES:
         os.mknod(f"{STAGE}/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(f"{STAGE}/dev/{name}", 0o666)  # the umask's 022 would leave them the root's alone
     for name, target in DEV_LINKS:
         os.symlink(target, f"{STAGE}/dev/{name}")
     os.mkdir(STAGE + "/proc", 0o755)

@@ -72,6 +72,17 @@ _LOCALE_SETUP = frozenset(
 )
 _EXPORT = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
 _LOCALE_VARS = frozenset({"LANG", "LC_ALL", "LANGUAGE", "LC_CTYPE", "LC_MESSAGES"})
+#: An entry of the conda list, as pip can install here what conda installs:
+#: - a bare name on a Python conda no longer builds for: its last build there (defaults'
+#:   Cython for 3.6 is 0.29.x; PyPI's Cython 3 still ships 3.6 wheels, and scikit-learn
+#:   0.20-0.22's .pyx do not compile with it);
+#: - a pin conda built for a Python PyPI has no wheel of: the first patch release with
+#:   one (scikit-learn 1.3-1.6 on 3.9: numpy 1.19.3, scipy 1.5.4; 1.19.2 and 1.5.2 would
+#:   build from source, scipy with a Fortran compiler and a BLAS).
+CONDA_AS_PIP = {
+    "3.6": {"cython": "cython<3"},
+    "3.9": {"numpy==1.19.2": "numpy==1.19.3", "scipy==1.5.2": "scipy==1.5.4"},
+}
 _PINNED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==|<=|>=|~=|!=|<|>)")
 _APT = re.compile(r"apt-get (?:-y )?install (?:-y )?(.*)$")
 
@@ -121,6 +132,7 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
         system.append("conda: environment.yml")
     elif isinstance(listed, str) and listed.strip():
         reqs, bad = _conda_packages(listed)
+        reqs = [CONDA_AS_PIP.get(python, {}).get(r.lower(), r) for r in reqs]
         packages = [*reqs, *packages]
         system += [f"conda: {b}" for b in bad]
     apt = [str(a) for a in spec.get("apt-pkgs") or ()]
@@ -140,7 +152,11 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
         system.append(other[0] + (f" (and {len(other) - 1} more commands)" if len(other) > 1 else ""))
     # SWE-bench installs the repo after pip_packages: a package an edit re-pins in the
     # setup files is the install's (sphinx 3.0-4.4: Jinja2==3.0.3, then setup.py's Jinja2<3.0).
-    repinned = {norm(n) for c in edits for n in _PINNED.findall(_replacements(c))}
+    # An edit of pyproject.toml pins its [build-system] requires (astropy's setuptools==68.0.0):
+    # the build's, not the environment's, whose pip_packages pin stays.
+    repinned = {
+        norm(n) for c in edits if parse(c).path != "pyproject.toml" for n in _PINNED.findall(_replacements(c))
+    }
     packages = [p for p in packages if norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) not in repinned]
     if not any(norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) == "setuptools" for p in packages):
         packages.append(SETUPTOOLS)
