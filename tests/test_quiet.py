@@ -203,6 +203,7 @@ WRITERS = {
     "_jsonl.py",
     "_swebench.py",
     "_environments/command.py",
+    "_environments/jail.py",  # a program of its own (run by path): its stderr is the build's log
 }
 
 
