@@ -201,6 +201,7 @@ WRITERS = {
     "_cli.py",
     "_commands.py",
     "_jsonl.py",
+    "_progress.py",
     "_swebench.py",
     "_environments/command.py",
     "_environments/jail.py",  # a program of its own (run by path): its stderr is the build's log
