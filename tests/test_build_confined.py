@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from aexec._environments import build
@@ -238,6 +239,58 @@ def test_a_build_past_its_deadline_is_killed_whole(
     for pid in left:  # on a build that is not confined: do not leave it behind
         os.kill(int(pid), 9)
     assert left == [], "a process the build started outlived it"
+
+
+def _processes_with(token: str) -> list[str]:
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline:
+            left.append(pid)
+    return left
+
+
+def test_a_cancelled_build_stops_at_once_and_is_not_recorded(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """aexec signalled, or a client gone, while a build runs in a worker thread (as the
+    pipeline runs it: abandoned on cancel): the build's cgroup is killed within a second,
+    not left to run to its 30-minute deadline (which held aexec's exit that long), and the
+    cancellation is not recorded as the key's failure."""
+    token = f"aexec-confine-cancelled-{secrets.token_hex(6)}"
+    body = f"""
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", {token!r}], start_new_session=True)
+        time.sleep(600)
+        """
+    repo, root = make_repo(setup_py(body)), tmp_path / "envs"
+    ended = threading.Event()
+    raised: list[BaseException] = []
+
+    def build_in_thread() -> None:
+        try:
+            ensure(spec(), str(repo), str(root))
+        except BaseException as e:
+            raised.append(e)
+        finally:
+            ended.set()
+
+    async def main() -> None:
+        with anyio.move_on_after(8):
+            await anyio.to_thread.run_sync(build_in_thread, abandon_on_cancel=True)
+
+    anyio.run(main)
+    assert ended.wait(15), "the build went on after its caller was cancelled"
+    try:
+        assert len(raised) == 1 and isinstance(raised[0], EnvBroken), raised
+        assert "cancelled" in str(raised[0])
+        assert not (root / "failed").exists() or not list((root / "failed").iterdir())
+        time.sleep(0.5)
+        assert _processes_with(token) == [], "a process of the cancelled build outlived it"
+    finally:
+        for pid in _processes_with(token):
+            os.kill(int(pid), 9)
 
 
 def test_setup_code_writes_dev_null_as_the_builds_uid(make_repo: MakeRepo, tmp_path: Path) -> None:

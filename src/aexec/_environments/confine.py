@@ -46,9 +46,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 
+import anyio.from_thread
 import attrs
 
 from .._boundary.cgroups import Caps, Cgroups, probe_cgroups
@@ -223,7 +225,7 @@ def _confined(
         "cwd": cwd,
     }
     status_r, status_w = os.pipe()
-    boundary = None
+    boundary, cancelled = None, False
     try:
         cgroups.create(name, CAPS)
         spec["status_fd"] = status_w
@@ -238,17 +240,17 @@ def _confined(
         ) as proc:
             os.close(status_w)
             status_w = -1
-            try:
-                output, _ = proc.communicate(json.dumps(spec), timeout=timeout)
-                rc: int | None = proc.returncode
-            except subprocess.TimeoutExpired:
+            output, rc, stopped = _wait(proc, json.dumps(spec), timeout)
+            if stopped is not None:
                 cgroups.kill(name)  # uv and all it spawned, at once
-                output, _ = proc.communicate()
-                output += f"\ntimed out after {timeout:g} s: the build's cgroup was killed"
+                output += proc.communicate()[0] + stopped
+                cancelled = rc == -1
                 rc = None
         os.set_blocking(status_r, False)
         with contextlib.suppress(BlockingIOError):
             boundary = os.read(status_r, 4096).decode(errors="replace").strip() or None
+        if cancelled:  # aexec's doing, not the build's: not recorded as the key's failure
+            boundary = "aexec build jail: the build was cancelled"
     except OSError as e:
         output, rc, boundary = "", None, f"aexec build jail: {e}"
     finally:
@@ -262,6 +264,30 @@ def _confined(
         counts = collections.Counter(proxy.events)
         output += "".join(f"\n{e}" + (f" (x{counts[e]})" if counts[e] > 1 else "") for e in counts)
     return Done(output, rc, boundary)
+
+
+def _wait(proc: subprocess.Popen[str], spec: str, timeout: float) -> tuple[str, int | None, str | None]:
+    """Feed the jail its spec and read its output until it exits: (output, exit status,
+    None); or stop at the deadline: ("", None, why); or stop when the task that runs this
+    build in a worker thread is cancelled (aexec signalled, a client gone): ("", -1, why),
+    aexec's doing, not the build's. Stopped, the output so far is the next
+    ``communicate()``'s."""
+    deadline = time.monotonic() + timeout
+    given: str | None = spec
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            return proc.communicate(given, timeout=min(0.5, left))[0], proc.returncode, None
+        except subprocess.TimeoutExpired:
+            given = None  # fed once; a retry loses nothing
+        if time.monotonic() >= deadline:
+            return "", None, f"\ntimed out after {timeout:g} s: the build's cgroup was killed"
+        try:
+            anyio.from_thread.check_cancelled()
+        except RuntimeError:  # not in an anyio worker thread (aexec env build's own pool)
+            pass
+        except BaseException:  # the backend's cancellation: the caller's to raise, not ours
+            return "", -1, "\ncancelled: the build's cgroup was killed"
 
 
 def _unconfined(argv: Sequence[str], *, env: Mapping[str, str], cwd: str, timeout: float) -> Done:
