@@ -210,6 +210,18 @@ def test_setup_code_reaches_nothing_but_the_package_index(
     assert "aexec proxy: allowed CONNECT files.pythonhosted.org:443" in log
 
 
+def _processes_with(token: str) -> list[str]:
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline:
+            left.append(pid)
+    return left
+
+
 def test_a_build_past_its_deadline_is_killed_whole(
     make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,29 +240,10 @@ def test_a_build_past_its_deadline_is_killed_whole(
     assert time.monotonic() - start < 60
     assert "timed out after 20 s" in str(e.value)
     time.sleep(0.5)
-    left = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if token.encode() in cmdline:
-            left.append(pid)
+    left = _processes_with(token)
     for pid in left:  # on a build that is not confined: do not leave it behind
         os.kill(int(pid), 9)
     assert left == [], "a process the build started outlived it"
-
-
-def _processes_with(token: str) -> list[str]:
-    left = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if token.encode() in cmdline:
-            left.append(pid)
-    return left
 
 
 def test_a_cancelled_build_stops_at_once_and_is_not_recorded(make_repo: MakeRepo, tmp_path: Path) -> None:
