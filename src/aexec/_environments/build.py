@@ -39,7 +39,7 @@ from .edits import included, repinned, without_pins
 from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
-from .store import check_failed, fail, locked, read_json, unique_bytes, write_json
+from .store import fail, once, unique_bytes
 
 log = get_logger(__name__)
 
@@ -250,18 +250,12 @@ def _prepare(copy: str, spec: EnvSpec) -> None:
 
 def _lock_of(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
     """The resolution key's lock: from ``resolved/``, or resolved once (under its lock)."""
-    path = os.path.join(root, "resolved", rkey + ".json")
-    hit = read_json(path)
-    if hit is None:
-        check_failed(root, rkey)
-        with locked(root, rkey):
-            hit = read_json(path)
-            if hit is None:
-                check_failed(root, rkey)
-                lock = _resolve(spec, repo, interpreter, exclude, root, rkey)
-                hit = {"lock": lock, "lock_hash": hashlib.sha256(lock.encode()).hexdigest()}
-                write_json(path, hit)
-    return str(hit["lock"])
+
+    def resolve() -> dict[str, object]:
+        lock = _resolve(spec, repo, interpreter, exclude, root, rkey)
+        return {"lock": lock, "lock_hash": hashlib.sha256(lock.encode()).hexdigest()}
+
+    return str(once(root, rkey, os.path.join(root, "resolved", rkey + ".json"), resolve)[1]["lock"])
 
 
 def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
@@ -311,15 +305,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             size if isinstance(size, int) else 0,
         )
 
-    marker = read_json(os.path.join(path, MARKER))
-    if marker is not None:
-        return done(True, marker)
-    check_failed(root, key)
-    with locked(root, key):
-        marker = read_json(os.path.join(path, MARKER))
-        if marker is not None:
-            return done(True, marker)
-        check_failed(root, key)
+    def build() -> dict[str, object]:
         shutil.rmtree(path, ignore_errors=True)  # a build that died half way
         os.makedirs(os.path.join(root, "envs"), exist_ok=True)
         log.info("environment_building", key=key[:12], python=version)
@@ -351,6 +337,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             "seconds": round(time.monotonic() - start, 3),
             "unique_bytes": unique_bytes(path),
         }
-        write_json(os.path.join(path, MARKER), marker)
         log.info("environment_built", key=key[:12], seconds=marker["seconds"])
-        return done(False, marker)
+        return marker
+
+    return done(*once(root, key, os.path.join(path, MARKER), build))

@@ -13,7 +13,7 @@ Blocking: the pipeline calls `ensure_inplace` in a worker thread, after the envi
 
 The key (`aexec._stages.keys.inplace_key`): the environment's, the build requirements,
 the build's argv, and the repo's compiled sources and build files by content. One
-builder per key (`build.locked`); a base that does not build is ``env_broken`` kind
+builder per key (`store.once`); a base that does not build is ``env_broken`` kind
 ``build`` with the log's tail (recorded: the next ask fails at once, never the
 candidate's). The build runs ``python setup.py build_ext --inplace`` (what ``pip install
 -e .`` does for the extensions) in a copy of the base under ``tmp/``: never the repo,
@@ -48,7 +48,7 @@ from .._stages.keys import inplace_key
 from . import confine
 from .build import BUILD_TIMEOUT_S, TAIL_LINES, Built, _uv
 from .spec import EnvBroken
-from .store import check_failed, fail, locked, read_json, write_json
+from .store import fail, once, read_json
 
 log = get_logger(__name__)
 
@@ -265,22 +265,15 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
     files, overlay = os.path.join(home, "files"), os.path.join(home, "overlay")
 
     def done(cached: bool, marker: dict[str, object]) -> InPlace:
+        if cached:
+            with contextlib.suppress(OSError):
+                os.utime(os.path.join(home, MARKER))  # last use, for `aexec env ls`
         listed = marker.get("files")
         paths = tuple(str(p) for p in listed) if isinstance(listed, list) else ()
         version = str(marker.get("version", "0.0.0"))
         return InPlace(key, files, paths, overlay, version, cached, time.monotonic() - start)
 
-    marker = read_json(os.path.join(home, MARKER))
-    if marker is not None:
-        with contextlib.suppress(OSError):
-            os.utime(os.path.join(home, MARKER))  # last use, for `aexec env ls`
-        return done(True, marker)
-    check_failed(root, key)
-    with locked(root, key):
-        marker = read_json(os.path.join(home, MARKER))
-        if marker is not None:
-            return done(True, marker)
-        check_failed(root, key)
+    def build() -> dict[str, object]:
         shutil.rmtree(home, ignore_errors=True)  # a build that died half way
         os.makedirs(home)
         log.info("inplace_building", key=key[:12], requires=requires)
@@ -319,12 +312,13 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
                 shutil.copy2(os.path.join(copy, rel), os.path.join(files, rel))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        marker = {"key": key, "environment": built.key, "files": found, "version": version}
+        marker: dict[str, object] = {"key": key, "environment": built.key, "files": found, "version": version}
         marker["requires"] = requires
         marker["seconds"] = round(time.monotonic() - start, 3)
-        write_json(os.path.join(home, MARKER), marker)
         log.info("inplace_built", key=key[:12], files=len(found), seconds=marker["seconds"])
-        return done(False, marker)
+        return marker
+
+    return done(*once(root, key, os.path.join(home, MARKER), build))
 
 
 def gc_inplace(root: str) -> list[str]:

@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from .._log import get_logger
 from .._version import VERSION
@@ -90,3 +90,23 @@ def unique_bytes(path: str) -> int:
                 if st.st_nlink == 1 and not os.path.islink(os.path.join(top, name)):
                     total += st.st_size
     return total
+
+
+def once(
+    root: str, key: str, record: str, make: Callable[[], dict[str, object]]
+) -> tuple[bool, dict[str, object]]:
+    """(True, the JSON at ``record``) if there is one, else (False, what ``make()`` returns,
+    written there): ``make`` runs once per key across threads and processes (under the
+    key's lock, looked for again once held), never after a failure recorded for the key."""
+    hit = read_json(record)
+    if hit is not None:
+        return True, hit
+    check_failed(root, key)
+    with locked(root, key):
+        hit = read_json(record)
+        if hit is not None:
+            return True, hit
+        check_failed(root, key)
+        made = make()
+        write_json(record, made)
+        return False, made
