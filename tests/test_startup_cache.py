@@ -80,7 +80,7 @@ def test_observers_share_what_their_servers_learnt_and_observe_alike(tmp_path: P
 @pytest.mark.skipif(not detect_isolation().namespaces, reason="needs namespaces (the view)")
 def test_no_run_sees_where_the_start_up_imports_are_kept() -> None:
     where = Warm(Options(), "0").startup_dir
-    os.makedirs(where, exist_ok=True)  # as the first pytest server of this user makes it
+    os.makedirs(where, mode=0o700, exist_ok=True)  # as the first pytest server of this user makes it
     code = f"import os\nprint(os.path.exists({where!r}), os.path.exists({os.path.dirname(where)!r}))\n"
 
     async def main() -> Any:
