@@ -138,3 +138,9 @@ def test_the_servers_share_a_per_user_directory_not_the_observation_cache(tmp_pa
     assert default == Warm(Options(), "0").startup_dir
     assert default.endswith(os.path.join("aexec", "startup")) and not default.startswith(str(tmp_path))
     assert Warm(Options(startup_dir="rel"), "0").startup_dir == os.path.abspath("rel")
+
+
+def test_an_environment_of_undecodable_bytes_still_names_an_entry(tmp_path: Path) -> None:
+    material = fingerprint(tmp_path, dict(ENV, LANG="C.\udcff"))  # os.environ's surrogateescape
+    startup.write(str(tmp_path / "startup"), material, ["pytest"])
+    assert startup.read(str(tmp_path / "startup"), material) == ["pytest"]

@@ -109,7 +109,8 @@ def fingerprint(
 
 def entry_name(material: str) -> str:
     """The file of the entry for ``material``: a digest of it (two of Python's int
-    hashes, which are not randomized), only to find it; the entry's material decides."""
+    hashes, which are not randomized), only to find it; the entry's material decides.
+    ``material`` is ASCII (`fingerprint`'s JSON escapes the rest)."""
     data = material.encode()
     big, little = hash(int.from_bytes(data, "big")), hash(int.from_bytes(data, "little"))
     return f"{big & (2**64 - 1):016x}{little & (2**64 - 1):016x}.json"
@@ -190,10 +191,10 @@ def modules(directory: str | None) -> tuple[list[str], str]:
     """What a pytest start imports here (see the module docstring), and how it was
     known: ``cached``, ``computed`` (and kept in ``directory`` where it could be), or
     ``failed`` (none)."""
-    import tempfile
-
     material = None
     if directory:
+        import tempfile
+
         try:
             material = fingerprint(sys.path, os.environ, sys.executable, sys.version, tempfile.gettempdir())
         except (OSError, ValueError):
