@@ -27,11 +27,12 @@ from aexec._stages.plan import Scratch, candidate_env
 from .test_levers import comparable
 
 
-def start(startup_dir: Path) -> tuple[str, frozenset[str]]:
+def start(startup_dir: Path, **extra_env: str) -> tuple[str, frozenset[str]]:
     """A pytest-mode server's start: how it knew the start-up imports, and its modules."""
 
     async def main() -> tuple[str, frozenset[str]]:
-        env = candidate_env(Scratch(os.path.join(tempfile.gettempdir(), "aexec-server")), sys.executable)
+        placeholder = Scratch(os.path.join(tempfile.gettempdir(), "aexec-server"))
+        env = {**candidate_env(placeholder, sys.executable), **extra_env}
         server = await ForkServer.start(sys.executable, DRIVER, "pytest", env, startup_dir=str(startup_dir))
         await server.aclose()
         return server.startup, server.modules
@@ -54,6 +55,17 @@ def test_a_second_server_of_the_environment_reads_what_the_first_learnt(tmp_path
     entry.write_text('{"material": ')
     assert start(tmp_path / "startup") == ("computed", modules)
     assert json.loads(entry.read_text())["modules"] == kept["modules"]
+
+
+def test_a_distribution_installed_since_is_learnt_again(tmp_path: Path) -> None:
+    site = tmp_path / "site"  # a directory on the server's sys.path
+    site.mkdir()
+    assert start(tmp_path / "startup", PYTHONPATH=str(site))[0] == "computed"
+    dist = site / "aexec_fake_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aexec-fake-plugin\nVersion: 1.0\n")
+    assert start(tmp_path / "startup", PYTHONPATH=str(site))[0] == "computed"  # not the stale entry
+    assert len(list((tmp_path / "startup").iterdir())) == 2  # another key
 
 
 def test_observers_share_what_their_servers_learnt_and_observe_alike(tmp_path: Path) -> None:
