@@ -66,6 +66,10 @@ class Options:
     #: Where the environments aexec builds live (default: ``<cache_dir>/envs``, without a
     #: cache dir ``~/.cache/aexec/envs``; ``AEXEC_ENV_DIR``).
     env_dir: str | None = attrs.field(default=None, converter=_absolute)
+    #: Where the fork servers keep what a pytest start imports, per interpreter and
+    #: environment (default: ``~/.cache/aexec/startup``, beside the environments: shared
+    #: by every observer and process of the user, whatever their ``cache_dir``).
+    startup_dir: str | None = attrs.field(default=None, converter=_absolute)
     #: Where each aexec process records its scratch bases, so that what a killed one
     #: left is found wherever its TMPDIR was (default: ``/run/aexec`` as root).
     registry: str | None = attrs.field(default=None, converter=_absolute)

@@ -164,6 +164,9 @@ class ForkServer:
         self._ctrl = ctrl
         #: Top-level modules the server has imported (a run must not shadow any).
         self.modules: frozenset[str] = frozenset()
+        #: How it knew what a pytest start imports (the hello's ``startup``: ``cached``,
+        #: ``computed``, ``failed`` or ``none``).
+        self.startup = "none"
         self._closed = False
 
     @property
@@ -176,13 +179,20 @@ class ForkServer:
         return not self._closed and self._proc.poll() is None
 
     @classmethod
-    async def start(cls, python: str, driver: str, mode: str, env: Mapping[str, str]) -> ForkServer:
-        """Start a server; raises `ServerGone` with its reason if it cannot serve."""
+    async def start(
+        cls, python: str, driver: str, mode: str, env: Mapping[str, str], *, startup_dir: str | None = None
+    ) -> ForkServer:
+        """Start a server; raises `ServerGone` with its reason if it cannot serve.
+
+        ``startup_dir``: where the server keeps what a pytest start imports, per
+        interpreter and environment (``_driver/startup.py``); None: learnt at each start.
+        """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [python, "-s", driver, "--serve", mode, str(os.getpid()), str(theirs.fileno())]
         try:
             # Spawned from the event loop's thread: PR_SET_PDEATHSIG follows that thread.
             proc = subprocess.Popen(  # noqa: ASYNC220  (a few ms; not from a worker thread)
-                [python, "-s", driver, "--serve", mode, str(os.getpid()), str(theirs.fileno())],
+                [*argv, startup_dir] if startup_dir else argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -209,6 +219,7 @@ class ForkServer:
                 await server.aclose()
             raise
         server.modules = frozenset(map(str, hello["modules"]))
+        server.startup = str(hello.get("startup", "none"))
         return server
 
     def serves(self, roots: Iterable[str]) -> bool:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def main() -> None:
-    """``SPEC.json`` (a run), ``--serve MODE SUPERVISOR_PID FD`` (the fork server, whose
+    """``SPEC.json`` (a run), ``--serve MODE SUPERVISOR_PID FD [STARTUP_DIR]`` (the fork server, whose
     forked runs return here with their spec), ``--bytecode`` (the bytecode job) or
     ``--seccomp-probe``."""
     if sys.argv[1] == "--bytecode":
@@ -40,7 +40,8 @@ def main() -> None:
     as_init = False  # already the init of new namespaces (forked so by the fork server)
     spec, tree = None, None  # read by the fork server; its view's template
     if sys.argv[1] == "--serve":
-        spec_path, as_init, spec, tree = serve.serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        mode, supervisor, fd, *startup_dir = sys.argv[2:]
+        spec_path, as_init, spec, tree = serve.serve(mode, int(supervisor), int(fd), *startup_dir[:1])
         sys.argv[1:] = [spec_path]
     if spec is None:
         with open(sys.argv[1], "rb") as f:

@@ -24,7 +24,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import kernel, runners, template, wire
+from . import kernel, runners, startup, template, wire
 
 if TYPE_CHECKING:
     from .wire import Instructions, SpawnRequest
@@ -43,13 +43,14 @@ def _recv_fds(sock: Any, size: int, most: int) -> tuple[bytes, list[int]]:
     return msg, list(fds)
 
 
-def preload_pytest() -> None:
+def preload_pytest(startup_dir: str | None = None) -> str:
     """Import what a cold pytest run imports before the candidate's code: pytest, its
     built-in plugins and — unless the environment turns auto-loading off, as a run's
     would — the modules of the interpreter's plugins (entry points ``pytest11``), so
     warm runs do not pay for them. Importing a plugin registers nothing: each run's
     pytest still loads it itself. One that does not import is left to fail in the run,
-    as it would cold."""
+    as it would cold. Returns how the plugins' start-up imports were known
+    (`startup.modules`; ``none``: not asked)."""
     import importlib
 
     import _pytest.config
@@ -57,11 +58,11 @@ def preload_pytest() -> None:
     for name in _pytest.config.default_plugins:
         importlib.import_module(f"_pytest.{name}")
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return
+        return "none"
     try:
         import importlib.metadata
     except ImportError:  # before 3.8 (whose pytest is < 8.4 anyway): plugins left to the run
-        return
+        return "none"
 
     # Through pytest's assertion-rewriting import hook, with the plugins' modules marked
     # as pytest marks them: a run's pytest then finds them rewritten, as a cold run
@@ -80,7 +81,7 @@ def preload_pytest() -> None:
         # run never does. Leave the plugins to the run.
         if hook is not None and hook in sys.meta_path:
             sys.meta_path.remove(hook)
-        return
+        return "none"
     try:
         for dist in importlib.metadata.distributions():
             for ep in dist.entry_points:
@@ -89,60 +90,27 @@ def preload_pytest() -> None:
                         importlib.import_module(ep.module)
         # What the plugins import when pytest configures (hypothesis imports most of
         # itself then): learnt from a pytest start on an empty directory in a child of
-        # this interpreter, and imported here in the same order. Imports only: no hook
+        # this interpreter (once per interpreter and environment: kept in
+        # ``startup_dir``), and imported here in the same order. Imports only: no hook
         # runs, nothing is configured; each run's pytest still does all of that itself.
-        for name in startup_modules():
+        names, how = startup.modules(startup_dir)
+        for name in names:
             if name not in sys.modules:
                 with contextlib.suppress(Exception):
                     importlib.import_module(name)
     finally:
         if hook is not None and hook in sys.meta_path:
             sys.meta_path.remove(hook)
+    return how
 
 
-#: Run by `startup_modules` in a child: pytest started on an empty directory, then the
-#: modules it imported, in order, written to the file named by argv[1].
-_STARTUP = """\
-import json, sys, pytest
-pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", ".", "."])
-with open(sys.argv[1], "w") as f:
-    json.dump(list(sys.modules), f)
-"""
-
-
-def startup_modules() -> list[str]:
-    """The modules a pytest start imports in this interpreter and environment (none if
-    that cannot be learnt within a few seconds)."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    home = tempfile.mkdtemp(prefix="aexec-startup-")
-    out = os.path.join(home, "modules.json")
-    try:
-        subprocess.run(
-            [sys.executable, "-s", "-c", _STARTUP, out],
-            cwd=home,
-            env=dict(os.environ, HOME=home, TMPDIR=home),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=20,
-            check=False,
-        )
-        with open(out, encoding="utf-8") as f:
-            names = json.load(f)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return []
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    return [n for n in names if isinstance(n, str) and n != "__main__" and not n.startswith("_pytest")]
-
-
-def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool, Instructions | None, int | None]:
+def serve(
+    mode: str, supervisor_pid: int, fd: int, startup_dir: str | None = None
+) -> tuple[str, bool, Instructions | None, int | None]:
     """Fork a run's outer process per request; returns only in a child, with its spec's
     path, whether the child is already the init of the run's namespaces (`fork_init`),
     and for a boxed run its spec as read here and its view's template (or None).
+    ``startup_dir``: where what a pytest start imports is kept (`startup.modules`).
 
     A request is one datagram ``{"spec", "cwd", "env", "box"}`` on the control socket
     carrying three fds: the reply socket, the run's stdout and stderr. The reply socket gets
@@ -163,12 +131,12 @@ def serve(mode: str, supervisor_pid: int, fd: int) -> tuple[str, bool, Instructi
         for name in runners.FIRST_USE_IMPORTS:
             __import__(name)
 
-        if mode == "pytest":
-            preload_pytest()
+        how = preload_pytest(startup_dir) if mode == "pytest" else "none"
     except BaseException as e:
         ctrl.send(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}).encode())
         os._exit(1)
-    ctrl.send(json.dumps({"ok": True, "modules": sorted({m.split(".")[0] for m in sys.modules})}).encode())
+    ready = {"ok": True, "modules": sorted({m.split(".")[0] for m in sys.modules}), "startup": how}
+    ctrl.send(json.dumps(ready).encode())
     # No gc.freeze(): a frozen heap hides the server's objects from gc.get_referrers
     # and gc.get_objects, so a forked run would not see the heap a cold one does
     # (hypothesis's register_random check warned, and filterwarnings = error failed it).

@@ -128,6 +128,9 @@ class ServerReady(TypedDict, total=False):
     ok: bool
     modules: list[str]
     error: str
+    #: How the server knew what a pytest start imports: ``cached``, ``computed``,
+    #: ``failed``, or ``none`` (not asked: not a pytest server, or no plugins loaded).
+    startup: str
 
 
 class SpawnRequest(TypedDict):

@@ -19,6 +19,7 @@ from .._boundary import DRIVER
 from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
 from .._boundary.leftovers import default_registry
 from .._boundary.scratch import SCRATCH_PREFIX, make_etc
+from .._environments.build import default_root
 from .._log import get_logger
 from .._options import Options
 from .._stages.keys import server_key
@@ -110,7 +111,7 @@ class Warm:
 
         async def start() -> ForkServer | None:
             try:
-                server = await ForkServer.start(tool.path, DRIVER, mode, env)
+                server = await ForkServer.start(tool.path, DRIVER, mode, env, startup_dir=self.startup_dir)
             except ServerGone as e:
                 log.warning("forkserver_unavailable", python=tool.path, mode=mode, error=str(e))
                 return None
@@ -127,6 +128,13 @@ class Warm:
             del self._starting[key]
             event.set()
         return server if server is not None and server.alive else None
+
+    @property
+    def startup_dir(self) -> str:
+        """Where the servers keep what a pytest start imports (`Options.startup_dir`;
+        default ``~/.cache/aexec/startup``): not the observation cache, so that observers
+        with a cache dir of their own, or none, share it."""
+        return self.options.startup_dir or os.path.join(os.path.dirname(default_root(None)), "startup")
 
     def _server_env(self, python: str, autoload: bool) -> dict[str, str]:
         """A server's start-up environment: a run's (`candidate_env`), made once per
