@@ -177,6 +177,8 @@ def test_setup_code_reaches_nothing_but_the_package_index(
     port, seen = host_server
     # A credential in aexec's environment is not the build's to send out (in a URL to the index).
     monkeypatch.setenv("AEXEC_TEST_API_TOKEN", "s3cret")
+    # A narrow terminal (as pytest-xdist's workers have) does not wrap the build's log.
+    monkeypatch.setenv("COLUMNS", "60")
     body = f"""
         import os, socket, sys, urllib.request
         said = ["token " + os.environ.get("AEXEC_TEST_API_TOKEN", "absent")]

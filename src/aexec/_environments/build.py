@@ -139,7 +139,8 @@ def _uv(
     package index the only network; niced: builds yield the cores to test runs), its
     output in ``logs/<key>.log``; a failure is recorded under ``key`` and raised as `EnvBroken`."""
     env = {
-        **os.environ,
+        # A log is no terminal: uv would wrap a failing build's output at $COLUMNS.
+        **{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
         "UV_CACHE_DIR": os.path.join(root, "uv-cache"),
         "UV_PYTHON_DOWNLOADS": "never",
         "UV_NO_CONFIG": "1",
