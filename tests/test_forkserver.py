@@ -187,3 +187,29 @@ async def test_an_interpreter_without_pytest_gets_cold_runs_and_the_same_observa
         warm[0].failure.message if warm[0].failure else ""
     )
     assert comparable(warm[0]) == comparable(cold[0])
+
+
+#: A run's environment as Python sees it, and as the C library hands it to a program it runs.
+ENVIRON = """\
+import json, os, subprocess
+c = subprocess.run(['env', '-0'], capture_output=True, check=True).stdout.decode().split('\\0')
+print(json.dumps({'python': dict(os.environ), 'c': dict(kv.split('=', 1) for kv in c if kv)}))
+"""
+
+
+async def test_each_forked_run_has_its_own_environment_and_only_it() -> None:
+    # The server sets each run's environment before it forks it (only what differs from
+    # the run before: HOME and TMPDIR): every run must still see exactly its own.
+    cands = [Candidate("run_entry", "snippet", code=f"{ENVIRON}# run {i}\n") for i in range(4)]
+    warm, cold = await both(cands)
+    assert len(served_pids()) >= 1
+    envs = [json.loads(o.stdout) for o in warm]
+    for env in envs:
+        assert env["python"] == env["c"]
+        assert env["python"]["TMPDIR"].startswith(env["python"]["HOME"].rsplit("/", 1)[0])
+    assert len({env["python"]["HOME"] for env in envs}) == len(cands)  # one per run
+    for w, c in zip(envs, (json.loads(o.stdout) for o in cold), strict=True):
+        assert list(w["python"]) == list(c["python"])  # the same names, in the same order
+        assert {k: v for k, v in w["python"].items() if k not in ("HOME", "TMPDIR")} == {
+            k: v for k, v in c["python"].items() if k not in ("HOME", "TMPDIR")
+        }

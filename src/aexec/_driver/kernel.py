@@ -54,10 +54,16 @@ def prctl(option: int, arg: int) -> None:
 
 
 def enter_cgroups(procs_files: list[str]) -> None:
+    """This process into each run cgroup: its pid, one ``write`` per ``cgroup.procs``
+    (on bare descriptors: a text file object per cgroup cost a forked init ~0.2 ms)."""
+    pid = b"%d" % os.getpid()
     for path in procs_files:
         try:
-            with open(path, "w") as f:
-                f.write(str(os.getpid()))
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
         except OSError as e:
             raise BoxError(f"join cgroup {os.path.dirname(path)}: {e.strerror}") from None
 
