@@ -25,17 +25,13 @@ SWE-bench instance is graded: through ``aexec env build`` / ``aexec swebench`` w
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
-import subprocess
-import sys
-import tarfile
 import time
 from typing import Any
 
 import anyio
 
+from _sdists import checkout, diff, run_cases
 from aexec import Candidate, ExecutionObservation, Policy, observe_many
 from aexec._environments.build import ensure
 from aexec._environments.inplace import ensure_inplace
@@ -73,7 +69,6 @@ ASTROPY_PACKAGES = (
 CASES: dict[str, dict[str, Any]] = {
     "markupsafe": {
         "sdist": "markupsafe==2.0.1",
-        "dir": "MarkupSafe-2.0.1",
         "env": EnvSpec("3.9", packages=("pytest==7.4.0",), install="none", inplace=True),
         "tests": ("tests/test_escape.py", "tests/test_markupsafe.py"),
         "gold": ("src/markupsafe/__init__.py", "__version__ = ", "# harmless\n__version__ = "),
@@ -81,7 +76,6 @@ CASES: dict[str, dict[str, Any]] = {
     },
     "astropy": {
         "sdist": "astropy==5.1",
-        "dir": "astropy-5.1",
         "env": EnvSpec("3.9", packages=tuple(ASTROPY_PACKAGES), install="none", inplace=True),
         "tests": ("astropy/convolution/tests/test_convolve.py",),
         "gold": ("astropy/convolution/convolve.py", "import numpy as np", "import numpy as np  # harmless"),
@@ -98,47 +92,7 @@ def patch(repo: str, path: str, old: str, new: str) -> str:
     with open(os.path.join(repo, path), encoding="utf-8") as f:
         before = f.read()
     assert old in before, (path, old)
-    after = before.replace(old, new)
-    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
-    return f"diff --git a/{path} b/{path}\n" + "".join(difflib.unified_diff(a, b, f"a/{path}", f"b/{path}"))
-
-
-def checkout(work: str, case: dict[str, Any]) -> str:
-    """The sdist unpacked and committed: a git checkout of the base."""
-    repo = os.path.join(work, "repos", case["dir"])
-    if os.path.isdir(os.path.join(repo, ".git")):
-        return repo
-    sdists = os.path.join(work, "sdists")
-    name = case["sdist"].split("==")[0]
-    # astropy 5.1's build needs the setuptools of its era to tell pip its metadata.
-    cons = os.path.join(work, "constraints.txt")
-    with open(cons, "w") as f:
-        f.write("setuptools==68.0.0\n")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--no-binary",
-            name,
-            case["sdist"],
-            "-d",
-            sdists,
-        ],
-        check=True,
-        env={**os.environ, "PIP_CONSTRAINT": cons},
-    )
-    tarball = next(p for p in os.listdir(sdists) if p.lower().startswith(case["dir"].lower()))
-    with tarfile.open(os.path.join(sdists, tarball)) as t:
-        t.extractall(os.path.join(work, "repos"), filter="data")
-    git = ["git", "-C", repo, "-c", "user.email=a@b", "-c", "user.name=bench"]
-    subprocess.run([*git[:3], "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], check=True)
-    return repo
+    return diff(path, before, before.replace(old, new))
 
 
 async def observe_one(cand: Candidate, root: str) -> list[ExecutionObservation]:
@@ -147,7 +101,7 @@ async def observe_one(cand: Candidate, root: str) -> list[ExecutionObservation]:
 
 def measure(work: str, name: str) -> dict[str, Any]:
     case = CASES[name]
-    repo = checkout(work, case)
+    repo = checkout(work, case["sdist"])
     root = os.path.join(work, "envs")
     spec: EnvSpec = case["env"]
     out: dict[str, Any] = {"case": name}
@@ -218,10 +172,7 @@ def measure(work: str, name: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    work = os.path.abspath(sys.argv[1])
-    os.makedirs(work, exist_ok=True)
-    for name in sys.argv[2:] or list(CASES):
-        print(json.dumps(measure(work, name)), flush=True)
+    run_cases(__doc__, CASES, measure)
 
 
 if __name__ == "__main__":

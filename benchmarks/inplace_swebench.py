@@ -18,13 +18,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
-import tarfile
-import time
 from typing import Any
 
-GOLD, WRONG = "\n\ndef aexec_answer():\n    return 42\n", "\n\ndef aexec_answer():\n    return 41\n"
+from _sdists import GOLD, WRONG, aexec, checkout, diff, run_cases
 
 TEST = """\
 import os
@@ -101,47 +97,6 @@ CASES: dict[str, tuple[str, str, str, str, str, str | None]] = {
 }
 
 
-def checkout(work: str, req: str) -> str:
-    """The sdist (``pip download``) unpacked and committed: a git checkout of the base."""
-    name, version = req.split("==")
-    sdists = os.path.join(work, "sdists")
-    os.makedirs(sdists, exist_ok=True)
-    want = f"{name}-{version}.tar.gz".lower()
-    found = [p for p in os.listdir(sdists) if p.lower() == want]
-    if not found:
-        cons = os.path.join(work, "constraints.txt")
-        with open(cons, "w") as f:  # the era's setuptools tells pip the metadata
-            f.write("setuptools==68.0.0\n")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--no-deps",
-                "--no-binary",
-                name,
-                req,
-                "-d",
-                sdists,
-            ],
-            check=True,
-            env={**os.environ, "PIP_CONSTRAINT": cons},
-        )
-        found = [p for p in os.listdir(sdists) if p.lower() == want]
-    repo = os.path.join(work, "repos", found[0][: -len(".tar.gz")])
-    if not os.path.isdir(os.path.join(repo, ".git")):
-        with tarfile.open(os.path.join(sdists, found[0])) as t:
-            t.extractall(os.path.join(work, "repos"), filter="data")
-        _as_checkout(repo)
-        git = ["git", "-C", repo, "-c", "user.email=a@b", "-c", "user.name=bench"]
-        subprocess.run([*git, "init", "-q"], check=True)
-        subprocess.run([*git, "add", "-A", "-f"], check=True)
-        subprocess.run([*git, "commit", "-qm", "base"], check=True)
-    return repo
-
-
 def _as_checkout(repo: str) -> None:
     """astropy 4.3.1's sdist (its 2021 release branch) pins ``jinja2==2.10.3`` in its build
     requires but not MarkupSafe, whose 2.1 broke that Jinja2: its build cannot even give
@@ -155,17 +110,6 @@ def _as_checkout(repo: str) -> None:
     if '"jinja2==2.10.3"' in text and "markupsafe" not in text.lower():
         with open(path, "w", encoding="utf-8") as f:
             f.write(text.replace('"jinja2==2.10.3"', '"markupsafe==2.0.1", "jinja2==2.10.3"'))
-
-
-def _diff(path: str, old: str | None, new: str) -> str:
-    import difflib
-
-    lines = new.splitlines(keepends=True)
-    if old is None:
-        head = f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
-        return head + f"@@ -0,0 +1,{len(lines)} @@\n" + "".join("+" + ln for ln in lines)
-    body = difflib.unified_diff(old.splitlines(keepends=True), lines, f"a/{path}", f"b/{path}")
-    return f"diff --git a/{path} b/{path}\n" + "".join(body)
 
 
 def instances(name: str, repo: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -186,7 +130,7 @@ def instances(name: str, repo: str) -> tuple[list[dict[str, Any]], list[dict[str
             "repo": repo,
             "repo_name": swe,
             "version": version,
-            "test_patch": _diff(path, None, TEST.format(module=dotted, top=top, env=env)),
+            "test_patch": diff(path, None, TEST.format(module=dotted, top=top, env=env)),
             "FAIL_TO_PASS": [f"{path}::test_gold"],
             "PASS_TO_PASS": [f"{path}::test_env"],
             "timeout_s": 1800,
@@ -197,26 +141,14 @@ def instances(name: str, repo: str) -> tuple[list[dict[str, Any]], list[dict[str
                 {
                     "instance_id": f"{ident}{n}",
                     "model_name_or_path": role,
-                    "model_patch": _diff(where, text, text + body),
+                    "model_patch": diff(where, text, text + body),
                 }
             )
     return out, preds
 
 
-def aexec(*argv: str, root: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-    t = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "aexec", *argv],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "AEXEC_ENV_DIR": root},
-        check=False,
-    )
-    return time.monotonic() - t, done
-
-
 def measure(work: str, name: str) -> dict[str, Any]:
-    repo = checkout(work, CASES[name][2])
+    repo = checkout(work, CASES[name][2], force_add=True, prepare=_as_checkout)
     insts, preds = instances(name, repo)
     here = os.path.join(work, name)
     os.makedirs(here, exist_ok=True)
@@ -263,10 +195,7 @@ def measure(work: str, name: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    work = os.path.abspath(sys.argv[1])
-    os.makedirs(work, exist_ok=True)
-    for name in sys.argv[2:] or list(CASES):
-        print(json.dumps(measure(work, name)), flush=True)
+    run_cases(__doc__, CASES, measure)
 
 
 if __name__ == "__main__":

@@ -18,23 +18,18 @@ and prints the tables of ``docs/benchmarks.md``.
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 import re
-import subprocess
 import sys
-import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
+from _sdists import GOLD, WRONG, aexec, checkout, diff, help_asked
 from aexec._environments.interpreters import find_interpreters
 from aexec._environments.spec import pick_interpreter
 from aexec._environments.swebench import load_table, lookup
 
 HERE = Path(__file__).resolve().parent
-GOLD, WRONG = "\n\ndef aexec_answer():\n    return 42\n", "\n\ndef aexec_answer():\n    return 41\n"
 
 PYTEST_TEST = """\
 from {module} import aexec_answer
@@ -138,49 +133,6 @@ def classify() -> list[dict[str, Any]]:
     return rows
 
 
-def _sdist(work: Path, req: str) -> Path:
-    name, version = req.split("==")
-    got = list(work.glob(f"[{name[0].upper()}{name[0].lower()}]{name[1:]}-{version}.tar.gz"))
-    if not got:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                req,
-                "-d",
-                work,
-            ],
-            check=True,
-        )
-        got = list(work.glob(f"*{name[1:]}-{version}.tar.gz"))
-    tar = got[0]
-    out = work / "repos" / tar.name.removesuffix(".tar.gz")
-    if not out.exists():
-        with tarfile.open(tar) as t:
-            t.extractall(work / "repos", filter="data")
-        git = ["git", "-c", "user.email=a@b", "-c", "user.name=aexec", "-C", str(out)]
-        subprocess.run([*git, "init", "-q"], check=True)
-        subprocess.run([*git, "add", "-A"], check=True)
-        subprocess.run([*git, "commit", "-qm", "base"], check=True)
-    return out
-
-
-def _diff(path: str, old: str | None, new: str) -> str:
-    """A git diff of one file: ``old`` None is a new file."""
-    new_lines = new.splitlines(keepends=True)
-    if old is None:
-        head = f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
-        return head + f"@@ -0,0 +1,{len(new_lines)} @@\n" + "".join("+" + ln for ln in new_lines)
-    body = difflib.unified_diff(old.splitlines(keepends=True), new_lines, f"a/{path}", f"b/{path}", n=3)
-    return f"diff --git a/{path} b/{path}\n" + "".join(body)
-
-
 def _instance(
     repo: Path, case: tuple[str, str, str, str, str, str], n: int
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -211,12 +163,12 @@ def _instance(
         "instance_id": ident,
         "repo": str(repo),
         "version": version,
-        "test_patch": _diff(test, None, body),
+        "test_patch": diff(test, None, body),
         "FAIL_TO_PASS": f2p,
         "PASS_TO_PASS": p2p,
         "timeout_s": 600,
     }
-    patches = {"gold": _diff(module, text, text + GOLD), "wrong": _diff(module, text, text + WRONG)}
+    patches = {"gold": diff(module, text, text + GOLD), "wrong": diff(module, text, text + WRONG)}
     return instance, patches
 
 
@@ -224,7 +176,7 @@ def measure(work: Path) -> list[dict[str, Any]]:
     work.mkdir(parents=True, exist_ok=True)
     instances, preds = [], []
     for n, case in enumerate(CASES, 1):
-        repo = _sdist(work, case[2])
+        repo = Path(checkout(str(work), case[2]))
         inst, patches = _instance(repo, case, n)
         for which, patch in patches.items():
             ident = f"{inst['instance_id']}{'0' if which == 'gold' else '1'}"
@@ -233,56 +185,35 @@ def measure(work: Path) -> list[dict[str, Any]]:
     (work / "instances.json").write_text(json.dumps(instances, indent=1))
     (work / "preds.json").write_text(json.dumps(preds, indent=1))
     root = work / "envs"
-    env = {**os.environ, "AEXEC_ENV_DIR": str(root)}
-    start = time.monotonic()
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aexec",
-            "env",
-            "build",
-            str(work / "instances.json"),
-            "--specs",
-            "swebench",
-            "--env-dir",
-            str(root),
-            "--jobs",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
+    build_s, built = aexec(
+        "env",
+        "build",
+        str(work / "instances.json"),
+        "--specs",
+        "swebench",
+        "--env-dir",
+        str(root),
+        "--jobs",
+        "1",
+        root=str(root),
     )
-    build_s = time.monotonic() - start
     (work / "build.log").write_text(built.stderr)
-    start = time.monotonic()
-    graded = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aexec",
-            "swebench",
-            str(work / "preds.json"),
-            str(work / "instances.json"),
-            "-o",
-            str(work / "report.json"),
-            "--specs",
-            "swebench",
-            "--no-cache",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
+    grade_s, graded = aexec(
+        "swebench",
+        str(work / "preds.json"),
+        str(work / "instances.json"),
+        "-o",
+        str(work / "report.json"),
+        "--specs",
+        "swebench",
+        "--no-cache",
+        root=str(root),
     )
-    grade_s = time.monotonic() - start
     (work / "grade.log").write_text(graded.stderr)
     report = json.loads((work / "report.json").read_text())
     rows = []
     for case, n in zip(CASES, range(1, len(CASES) + 1), strict=True):
-        dirname = _sdist(work, case[2]).name
+        dirname = Path(checkout(str(work), case[2])).name
         line = next((ln for ln in built.stderr.splitlines() if f": {dirname} (Python" in ln), "")
         m = re.search(r"built in ([0-9.]+) s", line)
         ident = f"{case[0].replace('/', '__')}-{n}"
@@ -308,6 +239,8 @@ def measure(work: Path) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    if help_asked(__doc__, sys.argv[1:]):
+        return
     work = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aexec-swebench-specs")
     rows = classify()
     measured = measure(work)

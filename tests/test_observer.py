@@ -207,27 +207,3 @@ async def _observe_profiled(
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
-
-
-async def test_the_boundary_record_is_made_once_per_view_not_per_job(tmp_path: Path) -> None:
-    """Issue 28, goal 7: every job recomputed what its view binds read-only (``view_readonly``)
-    to write the environment's ``enforced`` record, though the jobs of a call share one
-    toolchain: ~0.2 ms of the event loop per trivial snippet. The real calls made for the
-    record (from the session) are counted with a profiler, not patched."""
-    from aexec._pipeline import session
-    from aexec._stages.plan import view_readonly
-
-    calls = 0
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        if event == "call" and frame.f_code is view_readonly.__code__:
-            calls += frame.f_back is not None and frame.f_back.f_code.co_filename == session.__file__
-
-    cands = [Candidate("run_entry", "snippet", id=f"c{i}", code=f"print({i})") for i in range(3)]
-    async with aexec.observer(Options(scratch_dir=str(tmp_path))) as o:
-        await observe_many(cands[:1], observer=o)  # warm
-        got = await _observe_profiled(cands, o, profile)
-    assert [x.stdout for x in got] == ["0\n", "1\n", "2\n"]
-    assert len({id(x.environment.enforced) for x in got}) == 1
-    assert calls <= 1, f"the view's record was made {calls} times for 3 jobs of one toolchain"
