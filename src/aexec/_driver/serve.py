@@ -73,10 +73,17 @@ def preload_pytest(startup_dir: str | None = None) -> str:
         import _pytest.assertion
 
         config = _pytest.config.get_config()
+        # The hook's constructor asks the ini (``python_files``), which a Config before
+        # pytest 9.1 holds only once it has read its files (``inicfg`` to 9.0.0,
+        # ``_inicfg`` in 9.0.x; unset, getini raised AttributeError and no plugin was
+        # preloaded). Give it an empty one, as 9.1's Config starts with: every value
+        # its default, as 9.1 and later preload with.
+        if "_inicfg" not in vars(config) and "inicfg" not in vars(config):
+            vars(config).update(_inicfg={}, inicfg={})
         hook = _pytest.assertion.install_importhook(config)
         config._mark_plugins_for_rewrite(hook, False)
     except Exception:
-        # An older pytest (< 8.4: the hook reads the ini at once): a plugin imported
+        # An older pytest (< 8.4: no ``disable_autoload`` argument): a plugin imported
         # plainly here would make the run's pytest warn "Module already imported so
         # cannot be rewritten" (an error under ``filterwarnings = error``), as a cold
         # run never does. Leave the plugins to the run.
