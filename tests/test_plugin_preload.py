@@ -1,12 +1,13 @@
 """The fork server imports the interpreter's pytest plugins ahead under every pytest
 whose assertion-rewriting hook can import them (8.4 and later), and a warm run's pytest
 then finds them as a cold run imports them: rewritten, with no "already imported"
-warning (an error under ``filterwarnings = error``), and observes the same.
+warning (an error under ``filterwarnings = error``), with what they computed from the
+cwd at import being the run's (hypothesis's example database), and observes the same.
 
 Before pytest 9.1 a ``Config`` has no ini values until it reads its files, the hook's
 constructor failed on that, and the server preloaded no plugin: every warm run under
-pytest 8.4 to 9.0 paid its plugins' imports (hypothesis: ~0.8 s a run). One real venv
-with pytest 9.0 and a plugin whose module asserts.
+pytest 8.4 to 9.0 paid its plugins' imports (with hypothesis, ~1.5 s of CPU a run).
+One real venv: pytest 9.0, hypothesis and a plugin whose module asserts.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def pytest90_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A venv with pytest 9.0 and the plugin, installed as an installer lays one out."""
-    python = _venv(tmp_path_factory.mktemp("venv") / "pytest90", "pytest==9.0.3")
+    """A venv with pytest 9.0, hypothesis and the plugin (installed as an installer
+    lays one out)."""
+    python = _venv(tmp_path_factory.mktemp("venv") / "pytest90", "pytest==9.0.3", "hypothesis")
     [site] = (Path(python).parent.parent / "lib").glob("python*/site-packages")
     (site / "aexec_probe_plugin.py").write_text(PLUGIN)
     dist = site / "aexec_probe_plugin-1.0.dist-info"
@@ -66,7 +68,7 @@ def pytest90_python(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.slow
 def test_the_server_imports_the_plugins_under_pytest_9_0(pytest90_python: str, tmp_path: Path) -> None:
     how, modules = start(tmp_path / "startup", pytest90_python)
-    assert "aexec_probe_plugin" in modules, sorted(modules)
+    assert {"aexec_probe_plugin", "hypothesis"} <= modules, sorted(modules)
     assert how == "computed"  # and what a pytest start imports after it
 
 
@@ -87,6 +89,16 @@ async def test_a_warm_run_finds_the_plugins_as_a_cold_run_does(
 
                 def test_plugin_passes(probe):
                     probe(1)
+            """,
+            # hypothesis's example database is in the run's cwd, as cold (not in the
+            # server's, "/": unusable, and its warning an error here)
+            "tests/test_hypothesis.py": """
+                from hypothesis import given, settings, strategies as st
+
+                @settings(max_examples=5)
+                @given(st.integers())
+                def test_identity(x):
+                    assert x + 0 == x
             """,
         }
     )
