@@ -277,17 +277,18 @@ def become(
         os.closerange(keep + 1, top)
     if not as_init:
         os.setsid()
-    served_from = os.getcwd()
-    os.chdir(request["cwd"])
-    # The environment is the request's already: the server set it before the fork.
-    tempfile = sys.modules.get("tempfile")
-    if tempfile is not None:
-        tempfile.tempdir = None  # type: ignore[attr-defined]  # read from TMPDIR afresh
     # hypothesis (a plugin `preload_pytest` imports) keeps the cwd it was imported in
     # as its database's default home: the run's, as a cold run's import would have it
     # (the server's: an unusable ``/.hypothesis``, whose warning is an error under
     # ``filterwarnings = error``, and no example database).
     configuration = sys.modules.get("hypothesis.configuration")
     home = getattr(configuration, HYPOTHESIS_HOME, None)
-    if home is not None and str(home) == os.path.join(served_from, ".hypothesis"):
+    if home is not None and str(home) != os.path.join(os.getcwd(), ".hypothesis"):
+        home = None  # not the server's: left alone
+    os.chdir(request["cwd"])
+    if home is not None:
         setattr(configuration, HYPOTHESIS_HOME, type(home)(os.path.join(os.getcwd(), ".hypothesis")))
+    # The environment is the request's already: the server set it before the fork.
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None  # type: ignore[attr-defined]  # read from TMPDIR afresh
