@@ -27,13 +27,14 @@ from aexec._stages.plan import Scratch, candidate_env
 from .test_levers import comparable
 
 
-def start(startup_dir: Path, **extra_env: str) -> tuple[str, frozenset[str]]:
-    """A pytest-mode server's start: how it knew the start-up imports, and its modules."""
+def start(startup_dir: Path, python: str = sys.executable, **extra_env: str) -> tuple[str, frozenset[str]]:
+    """A pytest-mode server's start (of ``python``): how it knew the start-up imports,
+    and its modules."""
 
     async def main() -> tuple[str, frozenset[str]]:
         placeholder = Scratch(os.path.join(tempfile.gettempdir(), "aexec-server"))
-        env = {**candidate_env(placeholder, sys.executable), **extra_env}
-        server = await ForkServer.start(sys.executable, DRIVER, "pytest", env, startup_dir=str(startup_dir))
+        env = {**candidate_env(placeholder, python), **extra_env}
+        server = await ForkServer.start(python, DRIVER, "pytest", env, startup_dir=str(startup_dir))
         await server.aclose()
         return server.startup, server.modules
 

@@ -44,6 +44,10 @@ def _recv_fds(sock: Any, size: int, most: int) -> tuple[bytes, list[int]]:
     return msg, list(fds)
 
 
+#: hypothesis.configuration's default home, computed from the cwd when it is imported.
+HYPOTHESIS_HOME = "__hypothesis_home_directory_default"
+
+
 def preload_pytest(startup_dir: str | None = None) -> str:
     """Import what a cold pytest run imports before the candidate's code: pytest, its
     built-in plugins and — unless the environment turns auto-loading off, as a run's
@@ -73,10 +77,17 @@ def preload_pytest(startup_dir: str | None = None) -> str:
         import _pytest.assertion
 
         config = _pytest.config.get_config()
+        # The hook's constructor asks the ini (``python_files``), which a Config before
+        # pytest 9.1 holds only once it has read its files (``inicfg`` to 9.0.0,
+        # ``_inicfg`` in 9.0.x; unset, getini raised AttributeError and no plugin was
+        # preloaded). Give it an empty one, as 9.1's Config starts with: every value
+        # its default, as 9.1 and later preload with.
+        if "_inicfg" not in vars(config) and "inicfg" not in vars(config):
+            vars(config).update(_inicfg={}, inicfg={})
         hook = _pytest.assertion.install_importhook(config)
         config._mark_plugins_for_rewrite(hook, False)
     except Exception:
-        # An older pytest (< 8.4: the hook reads the ini at once): a plugin imported
+        # An older pytest (< 8.4: no ``disable_autoload`` argument): a plugin imported
         # plainly here would make the run's pytest warn "Module already imported so
         # cannot be rewritten" (an error under ``filterwarnings = error``), as a cold
         # run never does. Leave the plugins to the run.
@@ -266,7 +277,17 @@ def become(
         os.closerange(keep + 1, top)
     if not as_init:
         os.setsid()
+    # hypothesis (a plugin `preload_pytest` imports) keeps the cwd it was imported in
+    # as its database's default home: the run's, as a cold run's import would have it
+    # (the server's: an unusable ``/.hypothesis``, whose warning is an error under
+    # ``filterwarnings = error``, and no example database).
+    configuration = sys.modules.get("hypothesis.configuration")
+    home = getattr(configuration, HYPOTHESIS_HOME, None)
+    if home is not None and str(home) != os.path.join(os.getcwd(), ".hypothesis"):
+        home = None  # not the server's: left alone
     os.chdir(request["cwd"])
+    if home is not None:
+        setattr(configuration, HYPOTHESIS_HOME, type(home)(os.path.join(os.getcwd(), ".hypothesis")))
     # The environment is the request's already: the server set it before the fork.
     tempfile = sys.modules.get("tempfile")
     if tempfile is not None:
