@@ -1,14 +1,16 @@
 """The fork server imports the interpreter's pytest plugins ahead under every pytest
-whose assertion-rewriting hook can import them (8.4 and later), and a warm run's pytest
-then finds them as a cold run imports them: rewritten, with no "already imported"
-warning (an error under ``filterwarnings = error``), with what they computed from the
-cwd at import being the run's (hypothesis's example database), and observes the same.
+whose assertion-rewriting hook can import them as a run's pytest marks them (6.2 and
+later), and a warm run's pytest then finds them as a cold run imports them: rewritten,
+with no "already imported" warning (an error under ``filterwarnings = error``), with
+what they computed from the cwd at import being the run's (hypothesis's example
+database), and observes the same.
 
 Before pytest 9.1 a ``Config`` has no ini values until it reads its files, the hook's
 constructor failed on that, and the server preloaded no plugin: every warm run under
 pytest 8.4 to 9.0 paid its plugins' imports (with hypothesis, ~1.5 s of CPU a run).
-One real venv: pytest 9.0, hypothesis and a plugin whose module asserts.
-"""
+Before 8.4 ``_mark_plugins_for_rewrite`` takes no ``disable_autoload`` argument, and
+the server called it with one: no plugin either. One real venv per pytest (9.0, 8.3,
+7.4): hypothesis and a plugin whose module asserts."""
 
 from __future__ import annotations
 
@@ -46,11 +48,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-def pytest90_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A venv with pytest 9.0, hypothesis and the plugin (installed as an installer
+@pytest.fixture(scope="module", params=["9.0.3", "8.3.3", "7.4.4"])
+def versioned_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A venv with that pytest, hypothesis and the plugin (installed as an installer
     lays one out)."""
-    python = _venv(tmp_path_factory.mktemp("venv") / "pytest90", "pytest==9.0.3", "hypothesis")
+    version = request.param
+    python = _venv(tmp_path_factory.mktemp("venv") / f"pytest{version}", f"pytest=={version}", "hypothesis")
     [site] = (Path(python).parent.parent / "lib").glob("python*/site-packages")
     (site / "aexec_probe_plugin.py").write_text(PLUGIN)
     dist = site / "aexec_probe_plugin-1.0.dist-info"
@@ -66,8 +69,8 @@ def pytest90_python(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.slow
-def test_the_server_imports_the_plugins_under_pytest_9_0(pytest90_python: str, tmp_path: Path) -> None:
-    how, modules = start(tmp_path / "startup", pytest90_python)
+def test_the_server_imports_the_plugins(versioned_python: str, tmp_path: Path) -> None:
+    how, modules = start(tmp_path / "startup", versioned_python)
     assert {"aexec_probe_plugin", "hypothesis"} <= modules, sorted(modules)
     assert how == "computed"  # and what a pytest start imports after it
 
@@ -75,7 +78,7 @@ def test_the_server_imports_the_plugins_under_pytest_9_0(pytest90_python: str, t
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_warm_run_finds_the_plugins_as_a_cold_run_does(
-    pytest90_python: str, make_repo: MakeRepo, tmp_path: Path
+    versioned_python: str, make_repo: MakeRepo, tmp_path: Path
 ) -> None:
     repo = make_repo(
         {
@@ -102,10 +105,10 @@ async def test_a_warm_run_finds_the_plugins_as_a_cold_run_does(
             """,
         }
     )
-    cand = Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests"], python=pytest90_python)
+    cand = Candidate("run_suite", "test_subset", repo=str(repo), tests=["tests"], python=versioned_python)
     [warm], [cold] = await both([cand])
     assert comparable(warm) == comparable(cold)
-    assert verdicts(warm) == plain_pytest(pytest90_python, repo, ["tests"], tmp_path)
+    assert verdicts(warm) == plain_pytest(versioned_python, repo, ["tests"], tmp_path)
     assert warm.verdict == "fail" and not warm.flags.env_broken, (warm.stdout[-2000:], warm.stderr[-2000:])
     assert "already imported" not in warm.stdout + warm.stderr
     # the plugin's assertion was rewritten, as a cold run rewrites it

@@ -48,6 +48,21 @@ def _recv_fds(sock: Any, size: int, most: int) -> tuple[bytes, list[int]]:
 HYPOTHESIS_HOME = "__hypothesis_home_directory_default"
 
 
+#: The oldest pytest whose plugins `preload_pytest` imports: from it to 8.3, the
+#: one-argument ``_mark_plugins_for_rewrite`` marks what a run's pytest marks (the
+#: ``pytest11`` distributions' files, by importlib.metadata, unless
+#: ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), and the run's hook does not warn of a module a
+#: hook of its kind imported.
+OLDEST_ALIKE = (6, 2)
+
+
+def _pytest_version() -> tuple[int, ...]:
+    """The installed pytest's (major, minor)."""
+    from _pytest._version import version
+
+    return tuple(int(part) for part in version.split(".")[:2])
+
+
 def preload_pytest(startup_dir: str | None = None) -> str:
     """Import what a cold pytest run imports before the candidate's code: pytest, its
     built-in plugins and — unless the environment turns auto-loading off, as a run's
@@ -85,12 +100,18 @@ def preload_pytest(startup_dir: str | None = None) -> str:
         if "_inicfg" not in vars(config) and "inicfg" not in vars(config):
             vars(config).update(_inicfg={}, inicfg={})
         hook = _pytest.assertion.install_importhook(config)
-        config._mark_plugins_for_rewrite(hook, False)
+        mark: Any = config._mark_plugins_for_rewrite
+        if OLDEST_ALIKE <= _pytest_version() < (8, 4):
+            # No ``disable_autoload`` argument yet: the environment alone decides, for
+            # the run's pytest as here (where it does not disable them).
+            mark(hook)
+        else:
+            mark(hook, False)
     except Exception:
-        # An older pytest (< 8.4: no ``disable_autoload`` argument): a plugin imported
-        # plainly here would make the run's pytest warn "Module already imported so
-        # cannot be rewritten" (an error under ``filterwarnings = error``), as a cold
-        # run never does. Leave the plugins to the run.
+        # An older pytest (< `OLDEST_ALIKE`: the call above raised TypeError): a plugin
+        # imported plainly here would make the run's pytest warn "Module already
+        # imported so cannot be rewritten" (an error under ``filterwarnings = error``),
+        # as a cold run never does. Leave the plugins to the run.
         if hook is not None and hook in sys.meta_path:
             sys.meta_path.remove(hook)
         return "none"
