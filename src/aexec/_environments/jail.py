@@ -17,12 +17,14 @@ When the command ends, the init exits with its status and the kernel kills all e
 the namespace. A step of the boundary that fails ends the build with exit 125 and a line
 ``aexec build jail: <what>`` on stderr: the build never runs with less.
 
-The syscalls are the run boundary's (the driver's ``kernel.py``, loaded by path).
+The syscalls and the view's seal are the run boundary's (the driver's ``kernel`` and
+``view``: its package loaded by path, under a name of the jail's own).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import importlib.util
 import json
 import os
@@ -35,17 +37,19 @@ from typing import Any
 
 JAIL_FAILED = 125
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: The driver's kernel calls (stdlib only at run time; it imports nothing of the package).
-_KERNEL = os.path.join(os.path.dirname(HERE), "_driver", "kernel.py")
-_kspec = importlib.util.spec_from_file_location("_aexec_jail_kernel", _KERNEL)
-assert _kspec is not None and _kspec.loader is not None
-kernel = importlib.util.module_from_spec(_kspec)
-_kspec.loader.exec_module(kernel)
+#: The driver's package (stdlib only at run time), whose kernel calls and view the jail uses.
+_DRIVER = os.path.join(os.path.dirname(HERE), "_driver")
+_dspec = importlib.util.spec_from_file_location(
+    "_aexec_jail_driver", os.path.join(_DRIVER, "__init__.py"), submodule_search_locations=[_DRIVER]
+)
+assert _dspec is not None and _dspec.loader is not None
+sys.modules[_dspec.name] = importlib.util.module_from_spec(_dspec)
+_dspec.loader.exec_module(sys.modules[_dspec.name])
+kernel = importlib.import_module(_dspec.name + ".kernel")
+view = importlib.import_module(_dspec.name + ".view")
 
 STAGE = "/dev"  # covered in this namespace only; the sources are held as fds first
 OLD = "/.aexec-host"
-SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine, -1)
-SYS_MOUNT_SETATTR = 442
 _libc = ctypes.CDLL(None, use_errno=True)
 DEV_NODES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9))
 DEV_LINKS = (
@@ -73,28 +77,6 @@ def _bind(fd: int, where: str) -> None:
         _mkdirs(os.path.dirname(where))
         os.close(os.open(where, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
     kernel.mount(f"/proc/self/fd/{fd}", where, None, kernel.MS_BIND | kernel.MS_REC)
-
-
-def _readonly(root: str) -> None:
-    """Every mount under ``root`` read-only and nosuid (one mount_setattr, or one remount
-    per mount on an older kernel)."""
-
-    class Attr(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_uint64) for n in ("attr_set", "attr_clr", "propagation", "userns_fd")]
-
-    attr = Attr(0x1 | 0x2, 0, 0, 0)  # MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID
-    args = (ctypes.c_int(-100), os.fsencode(root), ctypes.c_uint(0x8000), ctypes.byref(attr))
-    if (
-        os.uname().machine in ("x86_64", "aarch64")
-        and _libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), *args, ctypes.sizeof(attr)) == 0
-    ):
-        return
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        points = [line.split()[4].replace("\\040", " ") for line in f]
-    for point in points:
-        if _under(point, root):
-            flags = kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID
-            kernel.mount(None, point, None, flags)
 
 
 def build_root(spec: dict[str, Any]) -> None:
@@ -133,7 +115,7 @@ def build_root(spec: dict[str, Any]) -> None:
         if not any(_under(path, t) for t in [*TMPS, *hidden]) or path in TMPS:
             _mkdirs(STAGE + path)  # its mount point, made before the seal
     os.mkdir(STAGE + OLD, 0)
-    _readonly(STAGE)
+    view.readonly(STAGE)
     for path in TMPS:
         _bind(held[spec["tmp"]], STAGE + path)
     for path in writable:
@@ -155,8 +137,10 @@ def build_root(spec: dict[str, Any]) -> None:
         kernel.mount(None, STAGE + path, None, flags)
     for fd in held.values():
         os.close(fd)
+    if view.SYS_PIVOT_ROOT is None:
+        raise kernel.BoxError(f"pivot_root: unknown on {os.uname().machine}")
     os.chdir(STAGE)
-    kernel._call(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", os.fsencode(OLD[1:])), "pivot_root")
+    kernel._call(_libc.syscall(ctypes.c_long(view.SYS_PIVOT_ROOT), b".", os.fsencode(OLD[1:])), "pivot_root")
     os.chdir("/")
     kernel._call(_libc.umount2(os.fsencode(OLD), kernel.MNT_DETACH), "detach the host's root")
 
@@ -194,11 +178,7 @@ def _forward(listener: socket.socket, socket_path: str) -> None:
 
 def command(spec: dict[str, Any], port: int) -> None:
     """In the command's process: drop to the build's uid and exec."""
-    uid, gid = spec["uid"], spec["gid"]
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    kernel.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1)
+    kernel.drop_privileges(spec)
     proxy = f"http://127.0.0.1:{port}"
     env = dict(spec["env"])
     for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
@@ -255,7 +235,7 @@ def main() -> None:
             os._exit(JAIL_FAILED)  # aexec died before the prctl
         os.nice(spec["nice"])  # builds yield the cores to test runs
         kernel.enter_cgroups(spec["cgroups"])
-        kernel._call(_libc.unshare(kernel.CLONE_RUN), "unshare")
+        kernel.unshare()
         pid = os.fork()
         if pid == 0:
             try:
