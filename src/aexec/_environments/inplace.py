@@ -47,6 +47,7 @@ from .._log import get_logger
 from .._stages.keys import inplace_key
 from . import confine
 from .build import BUILD_TIMEOUT_S, TAIL_LINES, Built, _uv
+from .edits import norm
 from .spec import EnvBroken
 from .store import fail, once, read_json
 
@@ -128,7 +129,7 @@ def sources(repo: str) -> dict[str, str]:
 
 
 def _norm(name: str) -> str:
-    name = re.sub(r"[-_.]+", "-", name).lower()
+    name = norm(name)
     return _ALIASES.get(name, name)
 
 

@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -19,7 +20,16 @@ from .spec import EnvBroken
 
 log = get_logger(__name__)
 
-__all__ = ["check_failed", "fail", "locked", "read_json", "recorded_failure", "unique_bytes", "write_json"]
+__all__ = [
+    "check_failed",
+    "fail",
+    "locked",
+    "once",
+    "read_json",
+    "recorded_failure",
+    "unique_bytes",
+    "write_json",
+]
 
 
 def read_json(path: str) -> dict[str, object] | None:
@@ -87,7 +97,7 @@ def unique_bytes(path: str) -> int:
         for name in files:
             with contextlib.suppress(OSError):
                 st = os.lstat(os.path.join(top, name))
-                if st.st_nlink == 1 and not os.path.islink(os.path.join(top, name)):
+                if st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
                     total += st.st_size
     return total
 
