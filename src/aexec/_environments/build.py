@@ -132,7 +132,7 @@ def exclude_newer_of(spec: EnvSpec, repo: str) -> str | None:
     return done.stdout.strip()
 
 
-def _uv(
+def uv_step(
     root: str, key: str, step: str, argv: list[str], *, cwd: str, writable: list[str], python: str
 ) -> None:
     """Run one uv step confined (`confine`: only ``writable`` and uv's cache writable, the
@@ -220,7 +220,7 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
         argv = ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python", interpreter]
         argv += [*extras, *(["--exclude-newer", exclude] if exclude else []), "-o", out, *inputs]
         # Paths as pip reads them; the copy is all it may write (besides uv's cache).
-        _uv(root, rkey, "resolving (uv pip compile)", argv, cwd=copy, writable=[work], python=interpreter)
+        uv_step(root, rkey, "resolving (uv pip compile)", argv, cwd=copy, writable=[work], python=interpreter)
         with open(out, encoding="utf-8") as f:
             # A line naming the copy is the repo itself (``-e .`` in a requirements
             # file): never installed, the code under test is the candidate's copy.
@@ -310,7 +310,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
         shutil.rmtree(path, ignore_errors=True)  # a build that died half way
         os.makedirs(os.path.join(root, "envs"), exist_ok=True)
         log.info("environment_building", key=key[:12], python=version)
-        _uv(
+        uv_step(
             root,
             key,
             "creating the environment (uv venv)",
@@ -326,7 +326,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
         argv = ["pip", "install", "--quiet", "--no-deps", "--python", python]
         argv += ["--compile-bytecode"] if version_tuple(version) >= (3, 7) else []  # uv's needs 3.7
         argv += ["-r", lockfile]
-        _uv(root, key, "installing (uv pip install)", argv, cwd=root, writable=[path], python=interpreter)
+        uv_step(root, key, "installing (uv pip install)", argv, cwd=root, writable=[path], python=interpreter)
         confine.seal(path)  # root's: no later build changes it
         marker = {
             "key": key,

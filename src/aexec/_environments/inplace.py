@@ -46,7 +46,7 @@ from .._boundary.trees import copy_ignore
 from .._log import get_logger
 from .._stages.keys import inplace_key
 from . import confine
-from .build import BUILD_TIMEOUT_S, TAIL_LINES, Built, _uv
+from .build import BUILD_TIMEOUT_S, TAIL_LINES, Built, uv_step
 from .edits import norm
 from .spec import EnvBroken
 from .store import fail, once, read_json
@@ -283,7 +283,7 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
             uv += [os.path.join(built.path, "aexec-lock.txt")]
             uv += [*(["--exclude-newer", exclude_newer] if exclude_newer else []), *requires]
             step = "installing the build requirements (uv pip install --target)"
-            _uv(root, key, step, uv, cwd=root, writable=[overlay], python=built.interpreter)
+            uv_step(root, key, step, uv, cwd=root, writable=[overlay], python=built.interpreter)
             confine.seal(overlay)  # root's: the base's build and the candidates' only read it
         else:
             os.makedirs(overlay)

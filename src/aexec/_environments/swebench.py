@@ -157,8 +157,8 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
     repinned = {
         norm(n) for c in edits if parse(c).path != "pyproject.toml" for n in _PINNED.findall(_replacements(c))
     }
-    packages = [p for p in packages if norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) not in repinned]
-    if not any(norm(re.split(r"[^A-Za-z0-9._-]", p)[0]) == "setuptools" for p in packages):
+    packages = [p for p in packages if _name(p) not in repinned]
+    if not any(_name(p) == "setuptools" for p in packages):
         packages.append(SETUPTOOLS)
     for command in map(str, spec.get("eval_commands") or ()):
         if command not in _LOCALE_SETUP and _export(command) is None:
@@ -183,6 +183,11 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))
+
+
+def _name(requirement: str) -> str:
+    """A requirement's project name, normalised (``Jinja2<3.0`` -> ``jinja2``)."""
+    return norm(re.split(r"[^A-Za-z0-9._-]", requirement)[0])
 
 
 def _pre_install(command: str, requirements: list[str]) -> tuple[str, str]:
