@@ -53,6 +53,17 @@ def test_an_upgraded_or_rewritten_distribution_changes_the_fingerprint(tmp_path:
     assert fingerprint(tmp_path) != upgraded
 
 
+def test_bytecode_written_by_the_first_start_keeps_the_fingerprint(tmp_path: Path) -> None:
+    """A fresh venv (uv compiles no bytecode) gets a ``__pycache__`` at its first pytest
+    start: the next server must find the entry that start kept, not learn again."""
+    (tmp_path / "pytest-9.0.dist-info").mkdir()
+    (tmp_path / "py.py").write_text("")
+    before = fingerprint(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "py.cpython-311.pyc").write_bytes(b"")
+    assert fingerprint(tmp_path) == before
+
+
 def test_the_import_environment_and_the_config_above_the_child_change_it(tmp_path: Path) -> None:
     site, tmp = tmp_path / "site", tmp_path / "tmp"
     site.mkdir()

@@ -6,7 +6,7 @@ every later server of the same interpreter and environment reads it instead.
 What the answer rests on: the interpreter (its path and realpath, ``sys.version``), its
 ``sys.path`` and what each entry holds (every name in it, and the mtime and size of its
 distributions' ``dist-info``/``egg-info`` and its ``.pth`` files: installing, upgrading
-or removing one changes it), the start-up environment but for what the child
+or removing one changes it; not its ``__pycache__``, which the first start writes), the start-up environment but for what the child
 is given afresh (``HOME``, ``TMPDIR``), the pytest configuration files pytest could find
 above the empty directory, and the child's script. An entry holds that whole material
 and is used only if it is equal: an entry of another environment, a corrupt one, one
@@ -67,6 +67,8 @@ def _listing(path: str) -> list[list[object]]:
     try:
         with os.scandir(path) as entries:
             for entry in entries:
+                if entry.name == "__pycache__":
+                    continue  # the first import of a top-level module writes it
                 if entry.name.endswith(STAMPED):
                     out.append([entry.name, *_stat(entry.path)])
                 else:
@@ -100,7 +102,9 @@ def fingerprint(
             os.path.realpath(executable),
             version,
             sorted([k, v] for k, v in environ.items() if k not in PER_CHILD_ENV),
-            [[p, _stat(p), _listing(p)] for p in path],
+            # A directory by its listing (its own mtime moves with a new __pycache__),
+            # anything else (a zip) by its stat.
+            [[p, [] if os.path.isdir(p) else _stat(p), _listing(p)] for p in path],
             parents,
         ],
         separators=(",", ":"),
