@@ -45,9 +45,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _venv(where: Path, *packages: str) -> str:
+def _venv(where: Path, *packages: str, interpreter: str = sys.executable) -> str:
     # No pip of its own (ensurepip costs seconds a venv): uv installs into it.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    subprocess.run([interpreter, "-m", "venv", "--without-pip", str(where)], check=True)
     python = str(where / "bin" / "python")
     if packages:
         pip_install(python, *packages)

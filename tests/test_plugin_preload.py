@@ -1,5 +1,5 @@
 """The fork server imports the interpreter's pytest plugins ahead under every pytest
-whose assertion-rewriting hook can import them as a run's pytest marks them (6.2 and
+whose assertion-rewriting hook can import them as a run's pytest marks them (5.4 and
 later), and a warm run's pytest then finds them as a cold run imports them: rewritten,
 with no "already imported" warning (an error under ``filterwarnings = error``), with
 what they computed from the cwd at import being the run's (hypothesis's example
@@ -10,10 +10,13 @@ constructor failed on that, and the server preloaded no plugin: every warm run u
 pytest 8.4 to 9.0 paid its plugins' imports (with hypothesis, ~1.5 s of CPU a run).
 Before 8.4 ``_mark_plugins_for_rewrite`` takes no ``disable_autoload`` argument, and
 the server called it with one: no plugin either. One real venv per pytest (9.0, 8.3,
-7.4): hypothesis and a plugin whose module asserts."""
+and 5.4 on Python 3.8, the oldest that preloads): hypothesis and a plugin whose module
+asserts."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,12 +51,24 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module", params=["9.0.3", "8.3.3", "7.4.4"])
+#: pytest -> the interpreter its venv is made from: this one, or pyenv's (pytest 5.4
+#: runs on Python 3.8 at the latest).
+PYTHONS = {
+    "9.0.3": sys.executable,
+    "8.3.3": sys.executable,
+    "5.4.3": "/root/.pyenv/versions/3.8.18/bin/python",
+}
+
+
+@pytest.fixture(scope="module", params=list(PYTHONS))
 def versioned_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A venv with that pytest, hypothesis and the plugin (installed as an installer
     lays one out)."""
     version = request.param
-    python = _venv(tmp_path_factory.mktemp("venv") / f"pytest{version}", f"pytest=={version}", "hypothesis")
+    if not os.access(PYTHONS[version], os.X_OK):
+        pytest.skip(f"no {PYTHONS[version]} for pytest {version}")
+    where = tmp_path_factory.mktemp("venv") / f"pytest{version}"
+    python = _venv(where, f"pytest=={version}", "hypothesis", interpreter=PYTHONS[version])
     [site] = (Path(python).parent.parent / "lib").glob("python*/site-packages")
     (site / "aexec_probe_plugin.py").write_text(PLUGIN)
     dist = site / "aexec_probe_plugin-1.0.dist-info"
