@@ -73,10 +73,6 @@ class _PipeStream(anyio.abc.ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
-    @property
-    def fd(self) -> int | None:
-        return self._fd
-
     async def aclose(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
@@ -100,31 +96,11 @@ class ServedProcess(anyio.abc.Process):
 
     async def wait(self) -> int:
         if self._returncode is None:
-            self._ended(await _recv(self._reply))
-        assert self._returncode is not None
+            msg = await _recv(self._reply)
+            if not msg:
+                raise ServerGone(f"the fork server died while run {self._pid} was running")
+            self._returncode = os.waitstatus_to_exitcode(int(json.loads(msg)["status"]))
         return self._returncode
-
-    def poll(self) -> int | None:
-        """The return code if the server's answer is in (read without waiting), else None;
-        raises `ServerGone` if the server died before it answered."""
-        if self._returncode is None:
-            try:
-                msg = self._reply.recv(_MESSAGE_CAP)
-            except BlockingIOError:
-                return None
-            self._ended(msg)
-        return self._returncode
-
-    def _ended(self, msg: bytes) -> None:
-        if not msg:
-            raise ServerGone(f"the fork server died while run {self._pid} was running")
-        self._returncode = os.waitstatus_to_exitcode(int(json.loads(msg)["status"]))
-
-    def fds(self) -> tuple[int, int, int]:
-        """Its stdout's and stderr's read ends and the socket of its answer: what
-        `aexec._boundary.supervise` watches on one epoll."""
-        assert self._stdout.fd is not None and self._stderr.fd is not None
-        return self._stdout.fd, self._stderr.fd, self._reply.fileno()
 
     def send_signal(self, sig: int) -> None:
         if self._returncode is None:  # not reaped yet: the pid is still this run's

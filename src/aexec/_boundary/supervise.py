@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import subprocess
-from collections.abc import Callable
 from typing import Protocol
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import attrs
 
 from .._driver.wire import REPORT_CAP_BYTES, Record, decode_report
@@ -73,30 +70,26 @@ class _Sink:
         self.cap = cap
         self.kept = bytearray()
         self.dropped = 0
+        self.done = anyio.Event()
 
-    def keep(self, chunk: bytes) -> None:
-        room = self.cap - len(self.kept)
-        if room > 0:
-            self.kept += chunk[:room]
-        self.dropped += max(0, len(chunk) - max(room, 0))
-
-    async def drain(
-        self, stream: anyio.abc.ByteReceiveStream, exited: anyio.Event, done: anyio.Event
-    ) -> None:
-        """Read ``stream`` to its end, then set ``done``; between short reads, pause until
-        ``exited`` is set or `_COALESCE_S` has passed, whichever comes first."""
+    async def drain(self, stream: anyio.abc.ByteReceiveStream, exited: anyio.Event) -> None:
+        """Read ``stream`` to its end; between short reads, pause until ``exited`` is set
+        or `_COALESCE_S` has passed, whichever comes first."""
         try:
             while True:
                 try:
                     chunk = await stream.receive(_CHUNK)
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     break
-                self.keep(chunk)
+                room = self.cap - len(self.kept)
+                if room > 0:
+                    self.kept += chunk[:room]
+                self.dropped += max(0, len(chunk) - max(room, 0))
                 if len(chunk) < _CHUNK and not exited.is_set():
                     with anyio.move_on_after(_COALESCE_S):
                         await exited.wait()
         finally:
-            done.set()
+            self.done.set()
 
     def text(self) -> str:
         text = self.kept.decode("utf-8", errors="replace")
@@ -216,115 +209,36 @@ async def _spawn(inv: Invocation) -> anyio.abc.Process:
     )
 
 
-Usage = tuple[float | None, int | None]
-
-
-async def _watch_streams(
-    proc: anyio.abc.Process, inv: Invocation, isolation: Isolation, out: _Sink, err: _Sink
-) -> tuple[bool, Usage]:
-    """Drain both pipes (a task each) while waiting for the process to end or its
-    deadline; then give the pipes `EOF_GRACE_S` to close. Returns (timed out, the
-    tree's usage read before the kill)."""
-    exited, out_done, err_done = anyio.Event(), anyio.Event(), anyio.Event()
-    timed_out = False
-    killed_usage: Usage = (None, None)
-    async with anyio.create_task_group() as tg:
-        assert proc.stdout is not None and proc.stderr is not None
-        tg.start_soon(out.drain, proc.stdout, exited, out_done)
-        tg.start_soon(err.drain, proc.stderr, exited, err_done)
-        with anyio.move_on_after(inv.timeout_s) as deadline:
-            await proc.wait()
-        if deadline.cancelled_caught:
-            timed_out = True
-            killed_usage = _tree_usage(proc.pid)
-            _kill_tree(proc, inv, isolation)
-            with anyio.move_on_after(KILL_WAIT_S) as stuck:
-                await proc.wait()
-            if stuck.cancelled_caught:
-                proc.kill()
-                await proc.wait()
-        exited.set()
-        with anyio.move_on_after(EOF_GRACE_S) as grace:
-            await out_done.wait()
-            await err_done.wait()
-        if grace.cancelled_caught:
-            # Something outside the run's kill still holds the pipes open.
-            tg.cancel_scope.cancel()
-    return timed_out, killed_usage
-
-
-async def _watch_served(
-    proc: ServedProcess, inv: Invocation, isolation: Isolation, out: _Sink, err: _Sink
-) -> tuple[bool, Usage]:
-    """`_watch_streams` for a run the fork server forked, on one epoll of its two pipes
-    and its answer socket: one wait per wake-up and no task per pipe (the tasks, their
-    group and a wait per descriptor cost ~0.3 ms of CPU per run). The same steps: the
-    deadline, the kill, `EOF_GRACE_S`; a short read while the run lives pauses the
-    reading until it ends or `_COALESCE_S` has passed."""
-    stdout, stderr, reply = proc.fds()
-    sinks = {stdout: out, stderr: err}
-    timed_out = False
-    killed_usage: Usage = (None, None)
-    with select.epoll(3) as ep:
-        for fd in (stdout, stderr, reply):
-            ep.register(fd, select.EPOLLIN)
-
-        async def pump(done: Callable[[], bool]) -> None:
-            while not done():
-                ready = ep.poll(0)
-                if not ready:
-                    await anyio.wait_readable(ep.fileno())
-                    continue
-                short = full = False
-                for fd, _ in ready:
-                    if fd == reply:
-                        if proc.poll() is not None:  # raises ServerGone if it died
-                            ep.unregister(reply)
-                        continue
-                    try:
-                        chunk = os.read(fd, _CHUNK)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        ep.unregister(fd)
-                        del sinks[fd]
-                        continue
-                    sinks[fd].keep(chunk)
-                    short, full = short or len(chunk) < _CHUNK, full or len(chunk) == _CHUNK
-                if short and proc.returncode is None:
-                    with anyio.move_on_after(_COALESCE_S):
-                        await anyio.wait_readable(reply)
-                elif full:
-                    await anyio.lowlevel.checkpoint()  # a stream of full reads yields too
-
-        def ended() -> bool:
-            return proc.returncode is not None
-
-        with anyio.move_on_after(inv.timeout_s) as deadline:
-            await pump(ended)
-        if deadline.cancelled_caught:
-            timed_out = True
-            killed_usage = _tree_usage(proc.pid)
-            _kill_tree(proc, inv, isolation)
-            with anyio.move_on_after(KILL_WAIT_S) as stuck:
-                await pump(ended)
-            if stuck.cancelled_caught:
-                proc.kill()
-                await pump(ended)
-        with anyio.move_on_after(EOF_GRACE_S):
-            await pump(lambda: not sinks)  # what is left, read at once; then EOF
-    return timed_out, killed_usage
-
-
 async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     start = anyio.current_time()
     proc = await _spawn(inv)
     out, err = _Sink("stdout"), _Sink("stderr")
+    exited = anyio.Event()
+    timed_out = False
+    killed_usage: tuple[float | None, int | None] = (None, None)
     try:
-        if isinstance(proc, ServedProcess):
-            timed_out, killed_usage = await _watch_served(proc, inv, isolation, out, err)
-        else:
-            timed_out, killed_usage = await _watch_streams(proc, inv, isolation, out, err)
+        async with anyio.create_task_group() as tg:
+            assert proc.stdout is not None and proc.stderr is not None
+            tg.start_soon(out.drain, proc.stdout, exited)
+            tg.start_soon(err.drain, proc.stderr, exited)
+            with anyio.move_on_after(inv.timeout_s) as deadline:
+                await proc.wait()
+            if deadline.cancelled_caught:
+                timed_out = True
+                killed_usage = _tree_usage(proc.pid)
+                _kill_tree(proc, inv, isolation)
+                with anyio.move_on_after(KILL_WAIT_S) as stuck:
+                    await proc.wait()
+                if stuck.cancelled_caught:
+                    proc.kill()
+                    await proc.wait()
+            exited.set()
+            with anyio.move_on_after(EOF_GRACE_S) as grace:
+                await out.done.wait()
+                await err.done.wait()
+            if grace.cancelled_caught:
+                # Something outside the run's kill still holds the pipes open.
+                tg.cancel_scope.cancel()
     except BaseException:
         with anyio.CancelScope(shield=True):
             _kill_tree(proc, inv, isolation)
