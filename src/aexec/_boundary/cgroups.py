@@ -119,10 +119,12 @@ class Cgroups:
 
     def kill(self, run: str) -> None:
         """Kill every process of the run's cgroups; none can leave them."""
-        for d in self.dirs(run):
-            if _write(os.path.join(d, "cgroup.kill"), "1"):
-                return
-        for d in self.dirs(run):  # no cgroup.kill: a v1-only machine
+        dirs = self.dirs(run)
+        # cgroup.kill is v2's (its directory is last): tried first, where v1's
+        # directories would each cost a failed open.
+        if self.v2 is not None and _write(os.path.join(dirs[-1], "cgroup.kill"), "1"):
+            return
+        for d in dirs:  # no cgroup.kill: a v1-only machine
             for pid in _pids(d):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -176,6 +178,19 @@ class Cgroups:
 
     def remove(self, run: str) -> None:
         remove_cgroups(self.dirs(run))
+
+    def try_remove(self, run: str) -> bool:
+        """Remove the run's cgroups if each is empty now: one ``rmdir`` each, never a
+        wait (`remove` waits for killed processes to leave). True if none is left."""
+        left = False
+        for d in self.dirs(run):
+            try:
+                os.rmdir(d)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left = True
+        return not left
 
 
 def _read(path: str) -> str:

@@ -186,7 +186,10 @@ async def execute(inv: Invocation) -> RawRun:
         if cgroups is not None:
             with anyio.CancelScope(shield=True):
                 cgroups.kill(inv.run)
-                await anyio.to_thread.run_sync(cgroups.remove, inv.run)
+                # A reaped run's cgroups are empty, or all but: removed here, and in a
+                # worker thread (which waits for the killed to leave) only if not.
+                if not cgroups.try_remove(inv.run):
+                    await anyio.to_thread.run_sync(cgroups.remove, inv.run)
 
 
 async def _spawn(inv: Invocation) -> anyio.abc.Process:
