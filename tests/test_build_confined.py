@@ -224,6 +224,27 @@ def _processes_with(token: str) -> list[str]:
     return left
 
 
+class _Watch:
+    """The pids of processes carrying ``token``, polled from a thread while a build runs:
+    when they first appeared (the build's setup code ran), as ``started``."""
+
+    def __init__(self, token: str) -> None:
+        self.token, self.started = token, threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.05):
+            if _processes_with(self.token):
+                self.started.set()
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def test_a_build_past_its_deadline_is_killed_whole(
     make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,12 +256,20 @@ def test_a_build_past_its_deadline_is_killed_whole(
         time.sleep(600)
         """
     repo = make_repo(setup_py(body))
-    monkeypatch.setattr(build, "BUILD_TIMEOUT_S", 20.0)
+    # The deadline holds each uv step; the one that runs setup.py first fetches setuptools
+    # through the proxy (a second or two, more under load): 12 s leaves it room, and the
+    # watch below fails the test, rather than letting it pass unproven, if it was not enough.
+    monkeypatch.setattr(build, "BUILD_TIMEOUT_S", 12.0)
+    watch = _Watch(token)
     start = time.monotonic()
-    with pytest.raises(EnvBroken) as e:
-        ensure(spec(), str(repo), str(tmp_path / "envs"))
-    assert time.monotonic() - start < 60
-    assert "timed out after 20 s" in str(e.value)
+    try:
+        with pytest.raises(EnvBroken) as e:
+            ensure(spec(), str(repo), str(tmp_path / "envs"))
+    finally:
+        watch.stop()
+    assert time.monotonic() - start < 45
+    assert "timed out after 12 s" in str(e.value)
+    assert watch.started.is_set(), "the setup code never ran before the deadline: the test proves nothing"
     time.sleep(0.5)
     left = _processes_with(token)
     for pid in left:  # on a build that is not confined: do not leave it behind
@@ -252,7 +281,8 @@ def test_a_cancelled_build_stops_at_once_and_is_not_recorded(make_repo: MakeRepo
     """aexec signalled, or a client gone, while a build runs in a worker thread (as the
     pipeline runs it: abandoned on cancel): the build's cgroup is killed within a second,
     not left to run to its 30-minute deadline (which held aexec's exit that long), and the
-    cancellation is not recorded as the key's failure."""
+    cancellation is not recorded as the key's failure. It is cancelled as soon as its
+    setup code has started a grandchild (in a session of its own), not after a guess."""
     token = f"aexec-confine-cancelled-{secrets.token_hex(6)}"
     body = f"""
         import subprocess, sys, time
@@ -262,6 +292,7 @@ def test_a_cancelled_build_stops_at_once_and_is_not_recorded(make_repo: MakeRepo
     repo, root = make_repo(setup_py(body)), tmp_path / "envs"
     ended = threading.Event()
     raised: list[BaseException] = []
+    watch = _Watch(token)
 
     def build_in_thread() -> None:
         try:
@@ -272,10 +303,21 @@ def test_a_cancelled_build_stops_at_once_and_is_not_recorded(make_repo: MakeRepo
             ended.set()
 
     async def main() -> None:
-        with anyio.move_on_after(8):
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_when_started() -> None:
+                while not (watch.started.is_set() or ended.is_set()):
+                    await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(cancel_when_started)
             await anyio.to_thread.run_sync(build_in_thread, abandon_on_cancel=True)
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        watch.stop()
+    assert watch.started.is_set(), f"the build ended before its setup code ran: {raised}"
     assert ended.wait(15), "the build went on after its caller was cancelled"
     try:
         assert len(raised) == 1 and isinstance(raised[0], EnvBroken), raised

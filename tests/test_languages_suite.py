@@ -162,7 +162,10 @@ def test_rust_compile_error_in_the_suite(crate: Path) -> None:
 def test_rust_timeout(crate: Path) -> None:
     _tree(
         crate,
-        {"tests/spin.rs": "#[test]\nfn spins() {\n    loop {\n        std::hint::spin_loop();\n    }\n}\n"},
+        # waits, not spins: the deadline is what is tested, not a core burnt till it
+        {
+            "tests/spin.rs": "#[test]\nfn spins() {\n    loop {\n        std::thread::sleep(std::time::Duration::from_secs(1));\n    }\n}\n"
+        },
     )
     obs = _observe(crate, "rust", ["tests/spin.rs::spins"], timeout_s=8.0)
     assert obs.timed_out and obs.verdict == "fail"
@@ -265,7 +268,13 @@ def test_node_syntax_error_in_a_test_file(project: Path) -> None:
 def test_node_timeout(project: Path) -> None:
     _tree(
         project,
-        {"test/spin.test.js": "const test = require('node:test');\ntest('spins', () => { for (;;) {} });\n"},
+        # a test that never settles and keeps the loop alive: waits till the deadline, burns nothing
+        {
+            "test/spin.test.js": (
+                "const test = require('node:test');\n"
+                "test('spins', () => new Promise(() => setInterval(() => {}, 1000)));\n"
+            )
+        },
     )
     obs = _observe(project, "javascript", ["test/spin.test.js"], timeout_s=5.0)
     assert obs.timed_out and obs.failure is not None and obs.failure.failure_class == "timeout"
@@ -336,7 +345,8 @@ def test_c_compile_error_and_timeout(cproject: Path) -> None:
     obs = _observe(cproject, "c", None)
     assert obs.failure is not None
     assert (obs.failure.failure_class, obs.failure.location) == ("compile", "tests/test_add.c:7")
-    _tree(cproject, {"tests/test_add.c": CMAKE["tests/test_add.c"].replace("return 0;", "for (;;) {}")})
+    waits = CMAKE["tests/test_add.c"].replace("return 0;", "for (;;) pause();")  # not a busy loop
+    _tree(cproject, {"tests/test_add.c": "#include <unistd.h>\n" + waits})
     obs = _observe(cproject, "c", ["CMakeLists.txt::add_small"], timeout_s=10.0)
     assert obs.timed_out and obs.failure is not None and obs.failure.failure_class == "timeout"
 

@@ -33,36 +33,44 @@ from sandbox_fusion import RunCodeRequest, run_code, run_code_async  # noqa: E40
 from .conftest import live_pids_with  # noqa: E402
 
 FORTY_TWO = {
-    "python": ("print(6 * 7)", "print(41)", "print(1", "while True: pass", "raise ValueError('boom')"),
+    "python": (
+        "print(6 * 7)",
+        "print(41)",
+        "print(1",
+        "import time\nwhile True: time.sleep(1)",
+        "raise ValueError('boom')",
+    ),
     "cpp": (
         '#include <cstdio>\nint main() { printf("%d\\n", 6 * 7); }',
         '#include <cstdio>\nint main() { printf("41\\n"); }',
         "int main() { return x; }",
-        "int main() { for (;;) {} }",
+        "#include <unistd.h>\nint main() { for (;;) pause(); }",
         "int main() { int *p = nullptr; *p = 1; return *p; }",
     ),
     "rust": (
         'fn main() { println!("{}", 6 * 7); }',
         'fn main() { println!("41"); }',
         'fn main() { let x: i32 = "s"; }',
-        "fn main() { loop {} }",
+        "fn main() { loop { std::thread::sleep(std::time::Duration::from_secs(1)); } }",
         'fn main() { let v: Vec<i32> = Vec::new(); println!("{}", v[1]); }',
     ),
     "java": (
         "public class Main { public static void main(String[] a) { System.out.println(6 * 7); } }",
         "public class Main { public static void main(String[] a) { System.out.println(41); } }",
         'public class Main { public static void main(String[] a) { int x = "s"; } }',
-        "public class Main { public static void main(String[] a) { while (true) {} } }",
+        "public class Main { public static void main(String[] a) throws Exception { while (true) Thread.sleep(1000); } }",
         'public class Main { public static void main(String[] a) { throw new RuntimeException("boom"); } }',
     ),
     "nodejs": (
         "console.log(6 * 7)",
         "console.log(41)",
         "console.log((",
-        "for (;;) {}",
+        "setInterval(() => {}, 1000)",
         "null.x",
     ),
 }
+#: The timeout programs wait rather than spin: the deadline is under test, and five busy
+#: loops running to it took ~13 s of the machine's two cores from the tests beside them.
 CASES = ("pass", "wrong", "compile_error", "timeout", "crash")
 COMPILED = {"cpp", "rust", "java"}
 #: The exit status of each language's crash: a SIGSEGV, a panic, an uncaught exception.

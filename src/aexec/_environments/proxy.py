@@ -129,8 +129,10 @@ class IndexProxy:
                     return self._refuse(conn, f"CONNECT {target} (not a package index origin)")
                 upstream = self._dial(conn, origin, f"CONNECT {target}")
                 if upstream is not None:
-                    conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                    _relay(conn, upstream, rest, both_ways=True)
+                    # closed now, not at GC, if the client is gone (a killed or cancelled build)
+                    with upstream, contextlib.suppress(OSError):
+                        conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                        _relay(conn, upstream, rest, both_ways=True)
                 return None
             parts = urllib.parse.urlsplit(target)
             origin = ("http", (parts.hostname or "").lower(), parts.port or 80)
@@ -141,8 +143,9 @@ class IndexProxy:
                 path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
                 keep = [h for h in lines[1:] if not re.match(r"(?i)^(proxy-)?connection:", h)]
                 request = "\r\n".join([f"{method} {path} HTTP/1.1", *keep, "Connection: close", "", ""])
-                upstream.sendall(request.encode("latin-1"))
-                _relay(conn, upstream, b"", both_ways=False)
+                with upstream, contextlib.suppress(OSError):
+                    upstream.sendall(request.encode("latin-1"))
+                    _relay(conn, upstream, b"", both_ways=False)
             return None
 
     def _dial(self, conn: socket.socket, origin: Origin, what: str) -> socket.socket | None:
