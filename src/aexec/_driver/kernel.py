@@ -49,6 +49,11 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     _call(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
+def detach(target: str) -> None:
+    """Detach the mount at ``target``, whole (an old root left there by pivot_root)."""
+    _call(_libc.umount2(os.fsencode(target), MNT_DETACH), "detach the host's root")
+
+
 def prctl(option: int, arg: int) -> None:
     _call(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
 

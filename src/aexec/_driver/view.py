@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
-MNT_DETACH = 0x2
 _PER_MOUNT_FLAGS = {
     "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
     "noatime": MS_NOATIME, "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME,
@@ -250,14 +249,18 @@ def _place_late(late: list[Op]) -> None:
             kernel.mount(None, STAGE + path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _enter() -> None:
-    """``pivot_root`` into the stage; the host's root, left at `HOST`, is detached later
-    (`release_host`)."""
+def pivot(stage: str, old: str) -> None:
+    """``pivot_root`` into ``stage``, the old root left at ``old`` until `kernel.detach`."""
     if SYS_PIVOT_ROOT is None:
         raise kernel.BoxError(f"pivot_root: unknown on {_MACHINE}")
-    os.chdir(STAGE)
-    kernel._call(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", os.fsencode(HOST[1:])), "pivot_root")
+    os.chdir(stage)
+    kernel._call(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", os.fsencode(old[1:])), "pivot_root")
     os.chdir("/")
+
+
+def _enter() -> None:
+    """`pivot` into the stage; the host's root, left at `HOST`, is detached later."""
+    pivot(STAGE, HOST)
     # The host's root, now at HOST (out of the candidate's reach: its parent is mode
     # 000), is detached whole by the init once the candidate is forked (`release_host`):
     # a detach waits out an RCU grace period (milliseconds on a busy machine), which
@@ -393,5 +396,5 @@ def release_host() -> None:
     whole (until then it is out of the candidate's reach)."""
     global _host_attached
     if _host_attached:
-        kernel._call(_libc.umount2(os.fsencode(HOST), MNT_DETACH), "detach the host's root")
+        kernel.detach(HOST)
         _host_attached = False

@@ -23,7 +23,6 @@ The syscalls and the view's seal are the run boundary's (the driver's ``kernel``
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import importlib.util
 import json
@@ -50,7 +49,6 @@ view = importlib.import_module(_dspec.name + ".view")
 
 STAGE = "/dev"  # covered in this namespace only; the sources are held as fds first
 OLD = "/.aexec-host"
-_libc = ctypes.CDLL(None, use_errno=True)
 DEV_NODES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9))
 DEV_LINKS = (
     ("fd", "/proc/self/fd"),
@@ -137,12 +135,8 @@ def build_root(spec: dict[str, Any]) -> None:
         kernel.mount(None, STAGE + path, None, flags)
     for fd in held.values():
         os.close(fd)
-    if view.SYS_PIVOT_ROOT is None:
-        raise kernel.BoxError(f"pivot_root: unknown on {os.uname().machine}")
-    os.chdir(STAGE)
-    kernel._call(_libc.syscall(ctypes.c_long(view.SYS_PIVOT_ROOT), b".", os.fsencode(OLD[1:])), "pivot_root")
-    os.chdir("/")
-    kernel._call(_libc.umount2(os.fsencode(OLD), kernel.MNT_DETACH), "detach the host's root")
+    view.pivot(STAGE, OLD)
+    kernel.detach(OLD)
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
