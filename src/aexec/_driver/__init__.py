@@ -20,6 +20,7 @@ finds nothing of the driver's. Its modules, in the order they load:
     compat      the other modules' code without their types, for CPython < 3.8
     reporting   the report file: one JSON record per event, flushed line by line
     kernel      the boundary's kernel calls: namespaces, cgroups, uid, rlimits
+    mounts      the kernel's mount calls: the new mount API, pivot_root, the read-only seal
     view        the filesystem view (a new root)
     template    the fork server's template of a view's read-only part, which runs clone
     seccomp     the candidate's syscall filter (a BPF deny-list)

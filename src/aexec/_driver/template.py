@@ -14,7 +14,7 @@ import ctypes
 import os
 from typing import TYPE_CHECKING, Any
 
-from . import kernel, view
+from . import kernel, mounts, view
 
 if TYPE_CHECKING:
     from .wire import Box
@@ -59,27 +59,29 @@ def close_templates(keep: int | None = None) -> None:
 
 
 def _make_template(box: Box) -> int | None:
-    if not view._NEW_API:
+    if not mounts.NEW_API:
         return None
     base = view.scratch_base(box)
     special = ("/proc", "/dev", "/etc", os.path.dirname(view.HOST), *box["tmp_targets"])
     if base is not None and any(
-        view._under(base, p) or view._under(p, base) for p in (*box["readonly"], *special)
+        mounts.under(base, p) or mounts.under(p, base) for p in (*box["readonly"], *special)
     ):
         return None
-    fs = view._sys(view.SYS_FSOPEN, "fsopen tmpfs", b"tmpfs", ctypes.c_uint(view.FSOPEN_CLOEXEC))
+    fs = mounts.syscall(mounts.SYS_FSOPEN, "fsopen tmpfs", b"tmpfs", ctypes.c_uint(mounts.FSOPEN_CLOEXEC))
     try:
         for key, value in ((b"source", b"aexec-view"), (b"mode", b"0755"), (b"size", b"4m")):
-            view._sys(
-                view.SYS_FSCONFIG, "fsconfig", fs, ctypes.c_uint(view.FSCONFIG_SET_STRING), key, value, 0
+            mounts.syscall(
+                mounts.SYS_FSCONFIG, "fsconfig", fs, ctypes.c_uint(mounts.FSCONFIG_SET_STRING), key, value, 0
             )
-        view._sys(view.SYS_FSCONFIG, "fsconfig", fs, ctypes.c_uint(view.FSCONFIG_CMD_CREATE), None, None, 0)
-        tree = view._sys(
-            view.SYS_FSMOUNT,
+        mounts.syscall(
+            mounts.SYS_FSCONFIG, "fsconfig", fs, ctypes.c_uint(mounts.FSCONFIG_CMD_CREATE), None, None, 0
+        )
+        tree = mounts.syscall(
+            mounts.SYS_FSMOUNT,
             "fsmount",
             fs,
-            ctypes.c_uint(view.FSMOUNT_CLOEXEC),
-            ctypes.c_uint(view.MOUNT_ATTR_NOSUID),
+            ctypes.c_uint(mounts.FSMOUNT_CLOEXEC),
+            ctypes.c_uint(mounts.MOUNT_ATTR_NOSUID),
         )
     finally:
         os.close(fs)
@@ -89,11 +91,11 @@ def _make_template(box: Box) -> int | None:
         _fill_template(box, tree, base, held)
         # Sealed: read-only, nosuid and private (no mount event crosses to or from the
         # host's trees), every mount of it; a clone keeps that.
-        if not view._setattr(
-            tree, "", True, view.MOUNT_ATTR_RDONLY | view.MOUNT_ATTR_NOSUID, view.MS_PRIVATE
+        if not mounts.set_attr(
+            tree, "", True, mounts.MOUNT_ATTR_RDONLY | mounts.MOUNT_ATTR_NOSUID, kernel.MS_PRIVATE
         ):
             raise kernel.BoxError("mount_setattr: not here")
-        os.close(view._clone_tree(tree))  # the kernel can clone a detached tree (Linux 6.15)
+        os.close(mounts.clone_tree(tree))  # the kernel can clone a detached tree (Linux 6.15)
     except BaseException:
         os.close(tree)
         raise
@@ -112,25 +114,24 @@ def _fill_template(box: Box, tree: int, base: str | None, held: list[int]) -> No
         return held[-1]
 
     def bind(source: int, where: str) -> None:
-        clone = view._clone_tree(source)
+        clone = mounts.clone_tree(source)
         try:
-            view._setattr(clone, "", True, 0, view.MS_PRIVATE)
-            view._attach(clone, where)
+            mounts.set_attr(clone, "", True, 0, kernel.MS_PRIVATE)
+            mounts.attach(clone, where)
         finally:
             os.close(clone)
 
-    ops, late, writable = view._plan(box, hold)
-    view._made.clear()
-    view._made.add(root)
+    ops, late, writable = view.plan(box, hold)
+    view.start_at(root)
     for path, what, source in ops:
         if what == "hide":
             continue  # the run's own (its repo)
         if (path, what, source) in late:
-            if not any(view._under(path, p) and p != path for p in writable) and path != box["scratch_root"]:
-                view._mkdirs(root + path)  # a tmp target's mount point
+            if not any(mounts.under(path, p) and p != path for p in writable) and path != box["scratch_root"]:
+                view.mkdirs(root + path)  # a tmp target's mount point
             continue
-        view._place(root + path, what, source, bind)
+        view.place(root + path, what, source, bind)
     if base is not None:
-        view._mkdirs(root + base)  # each run mounts a tmpfs of its own over it
+        view.mkdirs(root + base)  # each run mounts a tmpfs of its own over it
     os.mkdir(root + os.path.dirname(view.HOST), 0)  # only root may traverse it
     os.mkdir(root + view.HOST, 0)

@@ -1,5 +1,5 @@
-"""The run's filesystem view: a new root holding only what the run needs (Linux; through
-ctypes, because the driver is stdlib-only).
+"""The run's filesystem view: a new root holding only what the run needs (Linux; the
+kernel's mount calls are `mounts`').
 
 A module of the driver's package (see `aexec._driver`).
 Two ways to the same view, each ending in ``pivot_root``:
@@ -25,120 +25,14 @@ Every step that fails raises ``kernel.BoxError``: the run must not go ahead with
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 import stat
 from typing import TYPE_CHECKING, Any
 
-from . import kernel
+from . import kernel, mounts
 
 if TYPE_CHECKING:
     from .wire import Box
-
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
-_PER_MOUNT_FLAGS = {
-    "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
-    "noatime": MS_NOATIME, "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME,
-}  # fmt: skip
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_MACHINE = os.uname().machine
-#: The mount API's calls (Linux 5.2; mount_setattr 5.12) have one number on every
-#: architecture but alpha; elsewhere the per-mount ways are used.
-_NEW_API = _MACHINE in ("x86_64", "aarch64", "riscv64", "ppc64le", "s390x")
-SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 428, 429, 430, 431, 432
-SYS_MOUNT_SETATTR = 442
-AT_FDCWD, AT_EMPTY_PATH, AT_RECURSIVE = -100, 0x1000, 0x8000
-OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY_PATH = 0x1, 0x4
-FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE, FSOPEN_CLOEXEC, FSMOUNT_CLOEXEC = 1, 6, 1, 1
-MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
-#: pivot_root(2) by number (glibc has no wrapper); elsewhere the view is refused.
-SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(_MACHINE)
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
-
-
-def _sys(nr: int, what: str, *args: Any) -> int:
-    rc = int(_libc.syscall(ctypes.c_long(nr), *args))
-    if rc < 0:
-        raise kernel.BoxError(f"{what}: {os.strerror(ctypes.get_errno())}")
-    return rc
-
-
-def _clone_tree(fd: int, path: str = "") -> int:
-    """A detached copy of the mount tree at ``fd`` (``path`` under it; "" for itself)."""
-    flags = OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC | (0 if path else AT_EMPTY_PATH)
-    return _sys(SYS_OPEN_TREE, f"clone {path or 'the view'}", fd, os.fsencode(path), ctypes.c_uint(flags))
-
-
-def _attach(tree: int, where: str) -> None:
-    """Put the detached tree ``tree`` at ``where`` (a path, which may lead into another
-    detached tree through /proc/self/fd)."""
-    flags = ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH)
-    _sys(SYS_MOVE_MOUNT, f"attach {where}", tree, b"", AT_FDCWD, os.fsencode(where), flags)
-
-
-def _setattr(fd: int, path: str, recursive: bool, set_: int, propagation: int = 0) -> bool:
-    """mount_setattr(2) on ``path`` under ``fd`` ("" for ``fd`` itself): False where the
-    kernel has not got it."""
-    if not _NEW_API:
-        return False
-    attr = _MountAttr(set_, 0, propagation, 0)
-    flags = (AT_RECURSIVE if recursive else 0) | (0 if path else AT_EMPTY_PATH)
-    rc = _libc.syscall(
-        ctypes.c_long(SYS_MOUNT_SETATTR), fd, os.fsencode(path), ctypes.c_uint(flags), ctypes.byref(attr),
-        ctypes.c_size_t(ctypes.sizeof(attr)),
-    )  # fmt: skip
-    if rc == 0:
-        return True
-    if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # EPERM: seccomp may deny it
-        kernel._call(rc, f"mount_setattr {path}")
-    return False
-
-
-def _unescape(path: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as octal
-    out, i = [], 0
-    while i < len(path):
-        if path[i] == "\\" and path[i + 1 : i + 4].isdigit():
-            out.append(chr(int(path[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(path[i])
-            i += 1
-    return "".join(out)
-
-
-def mounts() -> list[tuple[str, int]]:
-    """(mount point, per-mount flags) of every mount this process sees, parents first."""
-    found = []
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            fields = line.split()
-            flags = 0
-            for opt in fields[5].split(","):
-                flags |= _PER_MOUNT_FLAGS.get(opt, 0)
-            found.append((_unescape(fields[4]), flags))
-    return found
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def readonly(root: str) -> None:
-    """Every mount under ``root`` read-only and nosuid, its other flags kept."""
-    if _setattr(AT_FDCWD, root, True, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID):
-        return
-    for point, flags in mounts():  # an older kernel: one remount per mount
-        if _under(point, root):
-            kernel.mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
-
 
 #: Where the new root is assembled before ``pivot_root``: a directory every Linux has,
 #: covered in this namespace only (what lies under it is reached through fds held
@@ -164,7 +58,7 @@ if TYPE_CHECKING:  # annotations only (3.8 cannot subscript tuple)
     Op = tuple[str, str, Any]
 
 
-def _plan(box: Box, hold: Any) -> tuple[list[Op], list[Op], list[str]]:
+def plan(box: Box, hold: Any) -> tuple[list[Op], list[Op], list[str]]:
     """What the view holds, parents first; the part of it under a writable path, placed
     once those are (``late``); the writable paths. Sources are resolved on the host
     (``hold``: an O_PATH fd)."""
@@ -190,7 +84,7 @@ def _plan(box: Box, hold: Any) -> tuple[list[Op], list[Op], list[str]]:
     ops += [(path, "rw", fd) for path, fd in writable]
     ops.sort(key=lambda op: op[0].split("/"))  # a parent before what is under it
     paths = [path for path, _ in writable]
-    late = [op for op in ops if any(_under(op[0], path) for path in paths)]
+    late = [op for op in ops if any(mounts.under(op[0], path) for path in paths)]
     return ops, late, paths
 
 
@@ -203,7 +97,7 @@ def build_view(box: Box, template: int | None = None) -> None:
     original repo, not another run's scratch root.
     """
     # Every mount private first: nothing mounted, moved or detached here reaches the host.
-    kernel.mount(None, "/", None, MS_REC | MS_PRIVATE)
+    kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
     umask = os.umask(0)
     held: list[int] = []
 
@@ -212,8 +106,7 @@ def build_view(box: Box, template: int | None = None) -> None:
         return held[-1]
 
     try:
-        _made.clear()
-        _made.add(STAGE)
+        start_at(STAGE)
         if template is None:
             _assemble(box, hold)
         else:
@@ -226,41 +119,37 @@ def build_view(box: Box, template: int | None = None) -> None:
 
 
 def _assemble(box: Box, hold: Any) -> None:
-    ops, late, writable = _plan(box, hold)
+    ops, late, writable = plan(box, hold)
     # Read-only first, sealed at once (one mount_setattr); then the writable binds, and
     # what lies under them (a venv under /tmp) read-only one by one.
-    kernel.mount("aexec-view", STAGE, "tmpfs", MS_NOSUID, "mode=0755,size=4m")
+    kernel.mount("aexec-view", STAGE, "tmpfs", kernel.MS_NOSUID, "mode=0755,size=4m")
     for path, what, source in ops:
         if (path, what, source) in late:
-            if not any(_under(path, p) and p != path for p in writable):
-                _mkdirs(STAGE + path)  # its mount point
+            if not any(mounts.under(path, p) and p != path for p in writable):
+                mkdirs(STAGE + path)  # its mount point
             continue
-        _place(STAGE + path, what, source)
+        place(STAGE + path, what, source)
     os.mkdir(STAGE + os.path.dirname(HOST), 0)  # only root may traverse it
     os.mkdir(STAGE + HOST, 0)
-    readonly(STAGE)
+    mounts.readonly(STAGE)
     _place_late(late)
 
 
 def _place_late(late: list[Op]) -> None:
     for path, what, source in late:
-        _place(STAGE + path, what, source)
+        place(STAGE + path, what, source)
         if what == "ro":
-            kernel.mount(None, STAGE + path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
-def pivot(stage: str, old: str) -> None:
-    """``pivot_root`` into ``stage``, the old root left at ``old`` until `kernel.detach`."""
-    if SYS_PIVOT_ROOT is None:
-        raise kernel.BoxError(f"pivot_root: unknown on {_MACHINE}")
-    os.chdir(stage)
-    kernel._call(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", os.fsencode(old[1:])), "pivot_root")
-    os.chdir("/")
+            kernel.mount(
+                None,
+                STAGE + path,
+                None,
+                kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NODEV,
+            )
 
 
 def _enter() -> None:
     """`pivot` into the stage; the host's root, left at `HOST`, is detached later."""
-    pivot(STAGE, HOST)
+    mounts.pivot(STAGE, HOST)
     # The host's root, now at HOST (out of the candidate's reach: its parent is mode
     # 000), is detached whole by the init once the candidate is forked (`release_host`):
     # a detach waits out an RCU grace period (milliseconds on a busy machine), which
@@ -284,7 +173,13 @@ def _enter() -> None:
 _made: set[str] = set()
 
 
-def _mkdirs(path: str) -> None:
+def start_at(root: str) -> None:
+    """A new assembly under ``root`` (which exists): forget the directories made before."""
+    _made.clear()
+    _made.add(root)
+
+
+def mkdirs(path: str) -> None:
     if path not in _made:
         os.makedirs(path, mode=0o755, exist_ok=True)
         while path not in _made and path != "/":
@@ -292,32 +187,32 @@ def _mkdirs(path: str) -> None:
             path = os.path.dirname(path)
 
 
-def _place(where: str, what: str, source: Any, bind: Any = None) -> None:
+def place(where: str, what: str, source: Any, bind: Any = None) -> None:
     """Put one thing of the view at ``where`` (under the stage, or under a template
     through /proc/self/fd, whose binds are made by ``bind``)."""
     if what == "link":
-        _mkdirs(os.path.dirname(where))
+        mkdirs(os.path.dirname(where))
         os.symlink(source, where)
     elif what == "proc":  # of the new PID namespace: the host's processes are not there
         os.mkdir(where, 0o755)
         _made.add(where)
         if bind is None:
-            kernel.mount("proc", where, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            kernel.mount("proc", where, "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC)
     elif what == "dev":
         _make_dev(where, pts=bind is None)
     elif what == "hide":  # under a bound tree, where it exists: nothing is created
-        kernel.mount("aexec-hidden", where, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4k")
+        kernel.mount("aexec-hidden", where, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "mode=0755,size=4k")
     else:
         # The mount point: made in the new root, or in the scratch tmp bound above it; a
         # path under a bound host directory is there already (nothing of the host is
         # ever created).
         if stat.S_ISDIR(os.fstat(source).st_mode):
-            _mkdirs(where)
+            mkdirs(where)
         elif not os.path.lexists(where):
-            _mkdirs(os.path.dirname(where))
+            mkdirs(os.path.dirname(where))
             os.close(os.open(where, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
         if bind is None:
-            kernel.mount(f"/proc/self/fd/{source}", where, None, MS_BIND | MS_REC)
+            kernel.mount(f"/proc/self/fd/{source}", where, None, kernel.MS_BIND | kernel.MS_REC)
         else:
             bind(source, where)
 
@@ -331,7 +226,7 @@ def _make_dev(where: str, pts: bool = True) -> None:
         os.symlink(target, f"{where}/{name}")
     os.mkdir(f"{where}/pts", 0o755)
     if pts:
-        kernel.mount("devpts", f"{where}/pts", "devpts", MS_NOSUID | MS_NOEXEC, _DEVPTS)
+        kernel.mount("devpts", f"{where}/pts", "devpts", kernel.MS_NOSUID | kernel.MS_NOEXEC, _DEVPTS)
 
 
 def scratch_base(box: Box) -> str | None:
@@ -339,7 +234,7 @@ def scratch_base(box: Box) -> str | None:
     scratch root is under the first tmp target), else its parent directory, over which
     each run mounts a tmpfs of its own."""
     targets = box["tmp_targets"]
-    if targets and _under(box["scratch_root"], targets[0]):
+    if targets and mounts.under(box["scratch_root"], targets[0]):
         return None
     return os.path.dirname(box["scratch_root"])
 
@@ -355,18 +250,33 @@ def _from_template(box: Box, tree: int, held: list[int]) -> None:
     if first is not None:
         tmp_fd = os.open(box["tmp"], os.O_PATH | os.O_CLOEXEC)
         held.append(tmp_fd)
-    clone = _clone_tree(tree)
+    clone = mounts.clone_tree(tree)
     held += [clone, tree]  # the server's template too: nothing of it reaches the candidate
-    _attach(clone, STAGE)
+    mounts.attach(clone, STAGE)
     # Read-only, as the seal leaves them in a view assembled whole.
-    kernel.mount("proc", STAGE + "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    kernel.mount("devpts", STAGE + "/dev/pts", "devpts", MS_RDONLY | MS_NOSUID | MS_NOEXEC, _DEVPTS)
+    kernel.mount(
+        "proc",
+        STAGE + "/proc",
+        "proc",
+        kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC,
+    )
+    kernel.mount(
+        "devpts",
+        STAGE + "/dev/pts",
+        "devpts",
+        kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NOEXEC,
+        _DEVPTS,
+    )
     for path in box["hidden"]:
         kernel.mount(
-            "aexec-hidden", STAGE + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=4k"
+            "aexec-hidden",
+            STAGE + path,
+            "tmpfs",
+            kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NODEV,
+            "mode=0755,size=4k",
         )
     if first is not None:
-        kernel.mount(f"/proc/self/fd/{tmp_fd}", STAGE + first, None, MS_BIND | MS_REC)
+        kernel.mount(f"/proc/self/fd/{tmp_fd}", STAGE + first, None, kernel.MS_BIND | kernel.MS_REC)
     base = scratch_base(box)
     if base is None:  # under the tmp target: its mount point is made in the run's own tmp
         try:
@@ -374,14 +284,21 @@ def _from_template(box: Box, tree: int, held: list[int]) -> None:
         except FileExistsError:
             pass
         except FileNotFoundError:
-            _mkdirs(STAGE + scratch_root)
+            mkdirs(STAGE + scratch_root)
     else:  # in a tmpfs of this run's own over the scratch base
-        kernel.mount("aexec-base", STAGE + base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4k")
+        kernel.mount(
+            "aexec-base", STAGE + base, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "mode=0755,size=4k"
+        )
         os.mkdir(STAGE + scratch_root, 0o755)
-        kernel.mount(None, STAGE + base, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    kernel.mount(f"/proc/self/fd/{root_fd}", STAGE + scratch_root, None, MS_BIND | MS_REC)
+        kernel.mount(
+            None,
+            STAGE + base,
+            None,
+            kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NODEV,
+        )
+    kernel.mount(f"/proc/self/fd/{root_fd}", STAGE + scratch_root, None, kernel.MS_BIND | kernel.MS_REC)
     if first is not None:  # what the view binds under the tmp target (a venv under /tmp)
-        extra = [p for p in box["readonly"] if _under(p, first) and os.path.lexists(p)]
+        extra = [p for p in box["readonly"] if mounts.under(p, first) and os.path.lexists(p)]
         if extra:
             _place_late(sorted(_host_op(p, os.open(p, os.O_PATH | os.O_CLOEXEC), held) for p in extra))
 

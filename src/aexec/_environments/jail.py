@@ -18,7 +18,7 @@ the namespace. A step of the boundary that fails ends the build with exit 125 an
 ``aexec build jail: <what>`` on stderr: the build never runs with less.
 
 The syscalls and the view's seal are the run boundary's (the driver's ``kernel`` and
-``view``: its package loaded by path, under a name of the jail's own).
+``mounts``: its package loaded by path, under a name of the jail's own).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 JAIL_FAILED = 125
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: The driver's package (stdlib only at run time), whose kernel calls and view the jail uses.
+#: The driver's package (stdlib only at run time), whose kernel and mount calls the jail uses.
 _DRIVER = os.path.join(os.path.dirname(HERE), "_driver")
 _dspec = importlib.util.spec_from_file_location(
     "_aexec_jail_driver", os.path.join(_DRIVER, "__init__.py"), submodule_search_locations=[_DRIVER]
@@ -45,7 +45,7 @@ assert _dspec is not None and _dspec.loader is not None
 sys.modules[_dspec.name] = importlib.util.module_from_spec(_dspec)
 _dspec.loader.exec_module(sys.modules[_dspec.name])
 kernel = importlib.import_module(_dspec.name + ".kernel")
-view = importlib.import_module(_dspec.name + ".view")
+mounts = importlib.import_module(_dspec.name + ".mounts")
 
 STAGE = "/dev"  # covered in this namespace only; the sources are held as fds first
 OLD = "/.aexec-host"
@@ -58,10 +58,6 @@ DEV_LINKS = (
 )
 #: Where the build's private tmp is bound (writable).
 TMPS = ("/tmp", "/var/tmp", "/dev/shm")
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _mkdirs(path: str) -> None:
@@ -94,7 +90,7 @@ def build_root(spec: dict[str, Any]) -> None:
     for path in sorted(spec["readonly"], key=lambda p: p.split("/")):
         if path not in held:
             continue  # not on this host
-        if any(_under(path, w) for w in after):
+        if any(mounts.under(path, w) for w in after):
             late.append(path)
         elif stat.S_ISLNK(os.fstat(held[path]).st_mode):
             _mkdirs(os.path.dirname(STAGE + path))
@@ -110,21 +106,21 @@ def build_root(spec: dict[str, Any]) -> None:
     os.mkdir(STAGE + "/proc", 0o755)
     kernel.mount("proc", STAGE + "/proc", "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC)
     for path in [*TMPS, *writable]:
-        if not any(_under(path, t) for t in [*TMPS, *hidden]) or path in TMPS:
+        if not any(mounts.under(path, t) for t in [*TMPS, *hidden]) or path in TMPS:
             _mkdirs(STAGE + path)  # its mount point, made before the seal
     os.mkdir(STAGE + OLD, 0)
-    view.readonly(STAGE)
+    mounts.readonly(STAGE)
     for path in TMPS:
         _bind(held[spec["tmp"]], STAGE + path)
     for path in writable:
-        if not any(_under(path, h) for h in hidden):
+        if not any(mounts.under(path, h) for h in hidden):
             _bind(held[path], STAGE + path)
     for path in hidden:  # under a writable path: an empty tmpfs, read-only once what is in it is placed
         kernel.mount(
             "aexec-hidden", STAGE + path, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "mode=0755,size=64k"
         )
     for path in writable:
-        if any(_under(path, h) for h in hidden):
+        if any(mounts.under(path, h) for h in hidden):
             _bind(held[path], STAGE + path)
     for path in hidden:
         flags = kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NODEV
@@ -135,7 +131,7 @@ def build_root(spec: dict[str, Any]) -> None:
         kernel.mount(None, STAGE + path, None, flags)
     for fd in held.values():
         os.close(fd)
-    view.pivot(STAGE, OLD)
+    mounts.pivot(STAGE, OLD)
     kernel.detach(OLD)
 
 
