@@ -60,6 +60,32 @@ def _stat(path: str) -> list[int]:
     return [st.st_mtime_ns, st.st_size]
 
 
+def module_files(modules: Iterable[object]) -> list[str]:
+    """The files behind these modules (each one's ``__file__``: source, bytecode or
+    extension), each once, in order."""
+    seen: dict[str, None] = {}
+    for module in modules:
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            seen[path] = None
+    return list(seen)
+
+
+def stamps(files: Iterable[str]) -> list[list[object]]:
+    """``[path, mtime_ns, size]`` of each file (-1, -1: gone): what a module's code is
+    while they are unchanged (`changed`)."""
+    return [[path, *_stat(path)] for path in files]
+
+
+def changed(stamped: Iterable[list[object]]) -> str | None:
+    """The first of the `stamps` whose file is no longer so (edited, replaced, gone,
+    come back), or None: all unchanged."""
+    for path, *was in stamped:
+        if _stat(str(path)) != was:
+            return str(path)
+    return None
+
+
 def _listing(path: str) -> list[list[object]]:
     """Every name in a ``sys.path`` directory, and the mtime and size of each that
     installs or configures something (`STAMPED`)."""
