@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
+import aexec
 from aexec import Candidate, ExecutionObservation, Observer, Options
 
 from .test_environments import _venv
@@ -152,3 +154,49 @@ async def test_an_edited_editable_plugin_is_run_as_a_cold_run_runs_it(tmp_path: 
         assert await warm() == rewritten  # neither the old plugin nor its start-up imports
         [last] = observer.warm._servers.values()
         assert last is not again and last.startup == "computed"  # learnt again, not the old list
+
+
+class StartedSupervisor(aexec.LocalSupervisor):
+    """The real supervisor, telling when a served run of a test that sleeps begins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeping = anyio.Event()
+
+    async def execute(self, invocation: aexec.Invocation) -> aexec.RawRun:
+        spec = Path(invocation.argv[-1])  # python -s DRIVER SPEC
+        if invocation.server is not None and "test_sleep" in spec.read_text():
+            self.sleeping.set()
+        return await super().execute(invocation)
+
+
+async def test_a_retired_server_ends_the_runs_another_call_began_on_it(tmp_path: Path) -> None:
+    python, src = editable_plugin(tmp_path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "test_plugin.py").write_text(TESTS)
+    (repo / "test_sleep.py").write_text("import time\n\ndef test_sleep():\n    time.sleep(3)\n")
+    fast = Candidate("run_suite", "test_subset", repo=str(repo), tests=["test_plugin.py"], python=python)
+    slow = Candidate("run_suite", "test_subset", repo=str(repo), tests=["test_sleep.py"], python=python)
+    supervisor = StartedSupervisor()
+    got: list[ExecutionObservation] = []
+    async with Observer(Options(startup_dir=str(tmp_path / "startup")), supervisor=supervisor) as observer:
+        assert outcome((await observer.observe_many([fast]))[0])[0] == "pass"
+        [server] = observer.warm._servers.values()
+
+        async def sleeper() -> None:
+            got.extend(await observer.observe_many([slow]))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sleeper)
+            await supervisor.sleeping.wait()  # forked by the server, sleeping
+            (src / "aexec_stale_helper.py").write_text("VALUE = 4100\n")
+            edited = outcome((await observer.observe_many([fast]))[0])
+            assert edited[1]["test_plugin.py::test_answer"] == "failed", edited
+            assert not server.alive and not server.exited  # retired, its run still going
+        assert outcome(got[0]) == ("pass", {"test_sleep.py::test_sleep": "passed"}), got[0]
+        for _ in range(100):  # then it exits, and is reaped by the next call
+            if server.exited:
+                break
+            await anyio.sleep(0.05)
+        assert server.exited
