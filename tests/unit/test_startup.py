@@ -196,5 +196,10 @@ def test_the_files_behind_modules_are_their_files_each_once() -> None:
         types.SimpleNamespace(__file__=None),
         types.SimpleNamespace(__file__="/site/b.cpython-311-x86_64-linux-gnu.so"),
         types.SimpleNamespace(__file__="/site/a/__init__.py"),
+        types.SimpleNamespace(__file__="rel/c.py"),  # a relative sys.path entry's
     ]
-    assert startup.module_files(mods) == ["/site/a/__init__.py", "/site/b.cpython-311-x86_64-linux-gnu.so"]
+    assert startup.module_files(mods) == [
+        "/site/a/__init__.py",
+        "/site/b.cpython-311-x86_64-linux-gnu.so",
+        os.path.join(os.getcwd(), "rel", "c.py"),
+    ]

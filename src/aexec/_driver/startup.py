@@ -42,7 +42,7 @@ SCRIPT = """\
 import json, os, sys, pytest
 pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", ".", "."])
 files, stamps = [getattr(m, "__file__", None) for m in list(sys.modules.values())], []
-for path in dict.fromkeys(p for p in files if isinstance(p, str)):
+for path in dict.fromkeys(os.path.abspath(p) for p in files if isinstance(p, str)):
     try:
         st = os.stat(path)
         stamps.append([path, st.st_mtime_ns, st.st_size])
@@ -74,12 +74,12 @@ def _stat(path: str) -> list[int]:
 
 def module_files(modules: Iterable[object]) -> list[str]:
     """The files behind these modules (each one's ``__file__``: source, bytecode or
-    extension), each once, in order."""
+    extension; absolute, for a reader in another cwd), each once, in order."""
     seen: dict[str, None] = {}
     for module in modules:
         path = getattr(module, "__file__", None)
         if isinstance(path, str):
-            seen[path] = None
+            seen[os.path.abspath(path)] = None
     return list(seen)
 
 
