@@ -69,6 +69,29 @@ def test_a_distribution_installed_since_is_learnt_again(tmp_path: Path) -> None:
     assert len(list((tmp_path / "startup").iterdir())) == 2  # another key
 
 
+def test_a_plugin_edited_in_place_is_learnt_again(tmp_path: Path) -> None:
+    """An editable plugin's source, rewritten where it is, moves nothing of the material
+    (the names in its directory, the distributions' stamps): the kept list would have the
+    next server import what the plugin imported at configure before, and not what it
+    imports now, where a cold run does the opposite."""
+    site = tmp_path / "site"  # a directory on the server's sys.path, as an editable .pth adds
+    site.mkdir()
+    plugin = site / "aexec_edited_plugin.py"
+    plugin.write_text("def pytest_configure(config):\n    import colorsys\n")
+    dist = site / "aexec_edited_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aexec-edited-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\nedited = aexec_edited_plugin\n")
+    how, modules = start(tmp_path / "startup", PYTHONPATH=str(site))
+    assert how == "computed" and "colorsys" in modules and "sched" not in modules
+    assert start(tmp_path / "startup", PYTHONPATH=str(site)) == ("cached", modules)
+    plugin.write_text("def pytest_configure(config):\n    import sched\n")
+    how, now = start(tmp_path / "startup", PYTHONPATH=str(site))
+    assert how == "computed" and "sched" in now and "colorsys" not in now
+    assert len(list((tmp_path / "startup").iterdir())) == 1  # the same entry, rewritten
+    assert start(tmp_path / "startup", PYTHONPATH=str(site)) == ("cached", now)
+
+
 def test_observers_share_what_their_servers_learnt_and_observe_alike(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

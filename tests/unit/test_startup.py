@@ -77,7 +77,7 @@ def test_the_import_environment_and_the_config_above_the_child_change_it(tmp_pat
 
 def test_an_entry_is_read_back_for_its_material_only(tmp_path: Path) -> None:
     names = ["pytest", "hypothesis", "hypothesis.extra"]
-    startup.write(str(tmp_path / "startup"), "material-a", names)
+    startup.write(str(tmp_path / "startup"), "material-a", names, [])
     assert startup.read(str(tmp_path / "startup"), "material-a") == names
     assert startup.read(str(tmp_path / "startup"), "material-b") is None
     assert startup.read(str(tmp_path / "nothing"), "material-a") is None
@@ -103,7 +103,12 @@ def put(directory: Path, material: str, entry: object) -> Path:
         {"material": "m", "modules": ["pytest", 3]},
         {"material": "m", "modules": ["pytest", None]},
         {"material": "m", "modules": [["os"]]},
-        {"material": "other", "modules": ["pytest"]},  # another material's, at this name
+        {"material": "other", "modules": ["pytest"], "files": []},  # another material's, at this name
+        {"material": "m", "modules": ["pytest"]},  # no stamps: an entry of format 1
+        {"material": "m", "modules": ["pytest"], "files": "x"},
+        {"material": "m", "modules": ["pytest"], "files": [["/x", 1]]},
+        {"material": "m", "modules": ["pytest"], "files": [["/x", "1", 2]]},
+        {"material": "m", "modules": ["pytest"], "files": [[1, 1, 2]]},
     ],
 )
 def test_a_corrupt_or_foreign_entry_is_not_used(tmp_path: Path, entry: object) -> None:
@@ -113,7 +118,7 @@ def test_a_corrupt_or_foreign_entry_is_not_used(tmp_path: Path, entry: object) -
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 def test_an_entry_of_another_uid_is_not_used(tmp_path: Path) -> None:
-    path = put(tmp_path, "m", {"material": "m", "modules": ["pytest"]})
+    path = put(tmp_path, "m", {"material": "m", "modules": ["pytest"], "files": []})
     assert startup.read(str(tmp_path), "m") == ["pytest"]
     os.chown(path, 4242, 4242)
     assert startup.read(str(tmp_path), "m") is None
@@ -121,16 +126,16 @@ def test_an_entry_of_another_uid_is_not_used(tmp_path: Path) -> None:
 
 def test_an_unwritable_directory_is_no_failure(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    startup.write(str(tmp_path / "file" / "startup"), "m", ["pytest"])  # cannot be made: nothing raised
+    startup.write(str(tmp_path / "file" / "startup"), "m", ["pytest"], [])  # cannot be made: nothing raised
     assert startup.read(str(tmp_path / "file" / "startup"), "m") is None
 
 
 def test_the_oldest_entries_beyond_the_cap_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(startup, "KEEP", 2)
     for i, material in enumerate(["m1", "m2", "m3"]):
-        startup.write(str(tmp_path), material, ["pytest"])
+        startup.write(str(tmp_path), material, ["pytest"], [])
         os.utime(tmp_path / startup.entry_name(material), ns=(i * 10**9, i * 10**9))
-    startup.write(str(tmp_path), "m4", ["pytest"])
+    startup.write(str(tmp_path), "m4", ["pytest"], [])
     kept = {m for m in ["m1", "m2", "m3", "m4"] if startup.read(str(tmp_path), m) is not None}
     assert kept == {"m3", "m4"}
 
@@ -140,7 +145,7 @@ def test_a_kept_list_is_served_without_a_child(tmp_path: Path) -> None:
     import tempfile
 
     material = startup.fingerprint(sys.path, os.environ, sys.executable, sys.version, tempfile.gettempdir())
-    startup.write(str(tmp_path), material, ["json", "hypothesis"])
+    startup.write(str(tmp_path), material, ["json", "hypothesis"], [])
     assert startup.modules(str(tmp_path)) == (["json", "hypothesis"], "cached")
 
 
@@ -153,5 +158,48 @@ def test_the_servers_share_a_per_user_directory_not_the_observation_cache(tmp_pa
 
 def test_an_environment_of_undecodable_bytes_still_names_an_entry(tmp_path: Path) -> None:
     material = fingerprint(tmp_path, dict(ENV, LANG="C.\udcff"))  # os.environ's surrogateescape
-    startup.write(str(tmp_path / "startup"), material, ["pytest"])
+    startup.write(str(tmp_path / "startup"), material, ["pytest"], [])
     assert startup.read(str(tmp_path / "startup"), material) == ["pytest"]
+
+
+def test_an_entry_holds_only_while_the_files_behind_its_modules_are_unchanged(tmp_path: Path) -> None:
+    """An editable plugin edited in place moves nothing of the material (its directory's
+    names, the distributions' stamps): the files the learnt start imported decide."""
+    plugin, later = tmp_path / "plugin.py", tmp_path / "later.py"
+    plugin.write_text("import lazy_a\n")
+    os.utime(plugin, ns=(10**18, 10**18))
+    files = startup.stamps([str(plugin), str(later)])  # ``later``: not there when learnt
+    assert files == [[str(plugin), 10**18, 14], [str(later), -1, -1]]
+    where = str(tmp_path / "startup")
+    startup.write(where, "m", ["plugin", "lazy_a"], files)
+    assert startup.read(where, "m") == ["plugin", "lazy_a"]
+
+    plugin.write_text("import lazy_bb\n")  # edited: another size
+    assert startup.changed(files) == str(plugin) and startup.read(where, "m") is None
+    plugin.write_text("import lazy_b\n")  # the same size, a later mtime
+    assert startup.read(where, "m") is None
+    os.utime(plugin, ns=(10**18, 10**18))  # as it was: the entry holds again
+    assert startup.changed(files) is None and startup.read(where, "m") == ["plugin", "lazy_a"]
+    later.write_text("")  # a file that was not there, now there
+    assert startup.changed(files) == str(later) and startup.read(where, "m") is None
+    later.unlink()
+    plugin.unlink()  # gone
+    assert startup.read(where, "m") is None
+
+
+def test_the_files_behind_modules_are_their_files_each_once() -> None:
+    import types
+
+    mods = [
+        types.SimpleNamespace(__file__="/site/a/__init__.py"),
+        types.SimpleNamespace(),  # a namespace package, a built-in: no file
+        types.SimpleNamespace(__file__=None),
+        types.SimpleNamespace(__file__="/site/b.cpython-311-x86_64-linux-gnu.so"),
+        types.SimpleNamespace(__file__="/site/a/__init__.py"),
+        types.SimpleNamespace(__file__="rel/c.py"),  # a relative sys.path entry's
+    ]
+    assert startup.module_files(mods) == [
+        "/site/a/__init__.py",
+        "/site/b.cpython-311-x86_64-linux-gnu.so",
+        os.path.join(os.getcwd(), "rel", "c.py"),
+    ]

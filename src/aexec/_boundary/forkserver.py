@@ -167,7 +167,10 @@ class ForkServer:
         #: How it knew what a pytest start imports (the hello's ``startup``: ``cached``,
         #: ``computed``, ``failed`` or ``none``).
         self.startup = "none"
+        #: ``(path, mtime_ns, size)`` of the files behind its modules when it was ready.
+        self.files: tuple[tuple[str, int, int], ...] = ()
         self._closed = False
+        self._retired = False
 
     @property
     def pid(self) -> int:
@@ -209,18 +212,53 @@ class ForkServer:
             try:
                 with anyio.fail_after(START_TIMEOUT_S):
                     msg = await _recv(ours)
-            except (TimeoutError, OSError) as e:
+                    hello: dict[str, Any] = (
+                        json.loads(msg) if msg else {"ok": False, "error": "exited at start"}
+                    )
+                    if not hello.get("ok"):
+                        raise ServerGone(f"fork server ({mode}) cannot start: {hello.get('error')}")
+                    # then the files behind what it imported (`changed`)
+                    files: list[tuple[str, int, int]] = []
+                    for _ in range(int(hello.get("files", 0))):
+                        files.extend((str(p), int(m), int(n)) for p, m, n in json.loads(await _recv(ours)))
+            except (TimeoutError, OSError, ValueError, TypeError) as e:
                 raise ServerGone(f"fork server ({mode}) did not start: {e!r}") from None
-            hello: dict[str, Any] = json.loads(msg) if msg else {"ok": False, "error": "exited at start"}
-            if not hello.get("ok"):
-                raise ServerGone(f"fork server ({mode}) cannot start: {hello.get('error')}")
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await server.aclose()
             raise
         server.modules = frozenset(map(str, hello["modules"]))
         server.startup = str(hello.get("startup", "none"))
+        server.files = tuple(files)
         return server
+
+    def changed(self) -> str | None:
+        """The first file behind the server's modules that is no longer as it was when
+        the server was ready (edited, replaced, gone), or None: a forked run runs the
+        code a cold run would. Blocking: a stat per file (a few hundred for pytest)."""
+        for path, mtime, size in self.files:
+            try:
+                st = os.stat(path)
+                now = (st.st_mtime_ns, st.st_size)
+            except OSError:
+                now = (-1, -1)
+            if now != (mtime, size):
+                return path
+        return None
+
+    def retire(self) -> None:
+        """Serve no more runs, and exit once those it started have ended (their ends
+        reported as ever): the server stops when its control socket closes with runs
+        going. `alive` is false from now on; `close` still kills it."""
+        if not self._closed:
+            self._closed = self._retired = True
+            anyio.notify_closing(self._ctrl)
+            self._ctrl.close()
+
+    @property
+    def exited(self) -> bool:
+        """Its process has exited (and is reaped)."""
+        return self._proc.poll() is not None
 
     def serves(self, roots: Iterable[str]) -> bool:
         """Whether a run with these import roots would import exactly what a cold one does."""
@@ -268,9 +306,9 @@ class ForkServer:
             mine.close()
             os.close(out_r)
             os.close(err_r)
-            if isinstance(e, OSError):
-                e = ServerGone(f"the fork server is gone: {e}")
-            if isinstance(e, ServerGone):
+            if isinstance(e, (OSError, anyio.ClosedResourceError)):
+                e = ServerGone(f"the fork server is gone: {e!r}")
+            if isinstance(e, ServerGone) and not self._retired:  # a retired one ends its runs
                 self.close()
             raise e from None
         reply = json.loads(msg)

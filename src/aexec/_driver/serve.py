@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from . import kernel, runners, startup, template, wire
 
 if TYPE_CHECKING:
-    from .wire import Instructions, SpawnRequest
+    from .wire import Instructions, ServerReady, SpawnRequest
 
 
 def _recv_fds(sock: Any, size: int, most: int) -> tuple[bytes, list[int]]:
@@ -170,8 +170,7 @@ def serve(
     except BaseException as e:
         ctrl.send(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}).encode())
         os._exit(1)
-    ready = {"ok": True, "modules": sorted({m.split(".")[0] for m in sys.modules}), "startup": how}
-    ctrl.send(json.dumps(ready).encode())
+    send_ready(ctrl, how)
     # No gc.freeze(): a frozen heap hides the server's objects from gc.get_referrers
     # and gc.get_objects, so a forked run would not see the heap a cold one does
     # (hypothesis's register_random check warned, and filterwarnings = error failed it).
@@ -183,12 +182,18 @@ def serve(
     sel.register(wake_r, selectors.EVENT_READ)
     replies: dict[int, socket.socket] = {}
     inits: set[int] = set()
+    draining = False
     while True:
         for key, _ in sel.select():
             if key.fileobj is ctrl:
                 msg, fds = _recv_fds(ctrl, 1 << 20, 3)
-                if not msg:
-                    os._exit(0)  # aexec is done or gone
+                if not msg:  # aexec is done, or gone, or retired this server (stale):
+                    if not replies:
+                        os._exit(0)
+                    # its runs still going end as they would have, reported as ever
+                    sel.unregister(ctrl)
+                    draining = True
+                    continue
                 request = json.loads(msg)
                 reply, out, err = fds
                 as_init = bool(request.get("box")) and kernel.SYS_CLONE is not None
@@ -238,6 +243,32 @@ def serve(
                     with contextlib.suppress(OSError):
                         sock.send(json.dumps({"status": status}).encode())
                     sock.close()
+                if draining and not replies:
+                    os._exit(0)
+
+
+def send_ready(ctrl: Any, how: str) -> None:
+    """The ready datagram (`wire.ServerReady`), then the stamps of the files behind every
+    module imported so far, in datagrams of at most `wire.FILES_DATAGRAM_BYTES`: aexec
+    uses this server only while they are unchanged (a forked run runs the code imported
+    here, a cold run the files' code)."""
+    chunks: list[str] = []
+    part: list[str] = []
+    size = 0
+    for stamp in startup.stamps(startup.module_files(list(sys.modules.values()))):
+        item = json.dumps(stamp)
+        if part and size + len(item) > wire.FILES_DATAGRAM_BYTES:
+            chunks.append("[" + ",".join(part) + "]")
+            part, size = [], 0
+        part.append(item)
+        size += len(item) + 1
+    if part:
+        chunks.append("[" + ",".join(part) + "]")
+    modules = sorted({m.split(".")[0] for m in sys.modules})
+    ready: ServerReady = {"ok": True, "modules": modules, "startup": how, "files": len(chunks)}
+    ctrl.send(json.dumps(ready).encode())
+    for chunk in chunks:
+        ctrl.send(chunk.encode())
 
 
 def boxed(request: SpawnRequest) -> tuple[Instructions | None, int | None]:

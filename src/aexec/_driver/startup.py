@@ -8,9 +8,13 @@ What the answer rests on: the interpreter (its path and realpath, ``sys.version`
 distributions' ``dist-info``/``egg-info`` and its ``.pth`` files: installing, upgrading
 or removing one changes it; not its ``__pycache__``, which the first start writes), the start-up environment but for what the child
 is given afresh (``HOME``, ``TMPDIR``), the pytest configuration files pytest could find
-above the empty directory, and the child's script. An entry holds that whole material
-and is used only if it is equal: an entry of another environment, a corrupt one, one
-whose list is not all names, or one not owned by this uid is learnt afresh. Nothing
+above the empty directory, and the child's script; and the code of what it imported,
+which none of that sees change when a module is edited where it is (an editable
+plugin's source, a file in site-packages): the `stamps` (mtime and size) of the files
+behind every module the child had imported. An entry holds the whole material and
+those stamps, and is used only if the material is equal and no file is `changed`: an
+entry of another environment, a corrupt one, one whose list is not all names, one
+whose files changed since, or one not owned by this uid is learnt afresh. Nothing
 here imports a distribution, nor anything a cold pytest start does not (no ``hashlib``:
 the file's name is a non-cryptographic digest, the material check is the guard).
 
@@ -32,15 +36,23 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 #: Run by `learn` in a child: pytest started on an empty directory, then the modules it
-#: imported, in order, written to the file named by argv[1].
+#: imported, in order, and the `stamps` of the files behind them, written to the file
+#: named by argv[1].
 SCRIPT = """\
-import json, sys, pytest
+import json, os, sys, pytest
 pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", ".", "."])
+files, stamps = [getattr(m, "__file__", None) for m in list(sys.modules.values())], []
+for path in dict.fromkeys(os.path.abspath(p) for p in files if isinstance(p, str)):
+    try:
+        st = os.stat(path)
+        stamps.append([path, st.st_mtime_ns, st.st_size])
+    except OSError:
+        stamps.append([path, -1, -1])
 with open(sys.argv[1], "w") as f:
-    json.dump(list(sys.modules), f)
+    json.dump({"modules": list(sys.modules), "files": stamps}, f)
 """
 #: Bumped when an entry's meaning changes.
-FORMAT = 1
+FORMAT = 2
 #: Set afresh for the child (`learn`): not part of what the answer rests on.
 PER_CHILD_ENV = ("HOME", "TMPDIR")
 #: What pytest reads in the directories above the one it starts on.
@@ -58,6 +70,32 @@ def _stat(path: str) -> list[int]:
     except OSError:
         return [-1, -1]
     return [st.st_mtime_ns, st.st_size]
+
+
+def module_files(modules: Iterable[object]) -> list[str]:
+    """The files behind these modules (each one's ``__file__``: source, bytecode or
+    extension; absolute, for a reader in another cwd), each once, in order."""
+    seen: dict[str, None] = {}
+    for module in modules:
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            seen[os.path.abspath(path)] = None
+    return list(seen)
+
+
+def stamps(files: Iterable[str]) -> list[list[object]]:
+    """``[path, mtime_ns, size]`` of each file (-1, -1: gone): what a module's code is
+    while they are unchanged (`changed`)."""
+    return [[path, *_stat(path)] for path in files]
+
+
+def changed(stamped: Iterable[list[object]]) -> str | None:
+    """The first of the `stamps` whose file is no longer so (edited, replaced, gone,
+    come back), or None: all unchanged."""
+    for path, *was in stamped:
+        if _stat(str(path)) != was:
+            return str(path)
+    return None
 
 
 def _listing(path: str) -> list[list[object]]:
@@ -122,7 +160,8 @@ def entry_name(material: str) -> str:
 
 def read(directory: str, material: str) -> list[str] | None:
     """The list kept for ``material``, or None: none kept, unreadable, not this uid's,
-    of other material, or not a list of names."""
+    of other material, not a list of names, or a file behind the modules of the start
+    it was learnt from is no longer as it was then (`changed`)."""
     try:
         with open(os.path.join(directory, entry_name(material)), encoding="utf-8") as f:
             if os.fstat(f.fileno()).st_uid != os.geteuid():
@@ -132,21 +171,33 @@ def read(directory: str, material: str) -> list[str] | None:
         return None
     if not isinstance(entry, dict) or entry.get("material") != material:
         return None
-    names = entry.get("modules")
+    names, files = entry.get("modules"), entry.get("files")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    if not isinstance(files, list) or not all(_is_stamp(f) for f in files) or changed(files):
         return None
     return names
 
 
-def write(directory: str, material: str, names: list[str]) -> None:
-    """Keep ``names`` for ``material`` (atomically: a reader finds the whole entry or
-    none); the oldest entries beyond `KEEP` go. Never fails: not kept is learnt again."""
+def _is_stamp(item: object) -> bool:
+    return (
+        isinstance(item, list)
+        and len(item) == 3
+        and isinstance(item[0], str)
+        and all(type(n) is int for n in item[1:])
+    )
+
+
+def write(directory: str, material: str, names: list[str], files: list[list[object]]) -> None:
+    """Keep ``names`` for ``material``, with the `stamps` of the ``files`` they rest on
+    (atomically: a reader finds the whole entry or none); the oldest entries beyond
+    `KEEP` go. Never fails: not kept is learnt again."""
     path = os.path.join(directory, entry_name(material))
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"material": material, "modules": names}, f)
+            json.dump({"material": material, "modules": names, "files": files}, f)
         os.replace(tmp, path)
         kept = [os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".json")]
         if len(kept) > KEEP:
@@ -160,9 +211,10 @@ def write(directory: str, material: str, names: list[str]) -> None:
             pass
 
 
-def learn() -> list[str] | None:
-    """The modules a pytest start imports in this interpreter and environment, from a
-    child (None if that cannot be learnt within a few seconds)."""
+def learn() -> tuple[list[str], list[list[object]]] | None:
+    """The modules a pytest start imports in this interpreter and environment, and the
+    `stamps` of the files behind them, from a child (None if that cannot be learnt
+    within a few seconds)."""
     import shutil
     import subprocess
     import tempfile
@@ -181,14 +233,17 @@ def learn() -> list[str] | None:
             check=False,
         )
         with open(out, encoding="utf-8") as f:
-            names = json.load(f)
+            learnt = json.load(f)
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    if not isinstance(names, list):
+    if not isinstance(learnt, dict):
         return None
-    return [n for n in names if isinstance(n, str) and n != "__main__" and not n.startswith("_pytest")]
+    names, files = learnt.get("modules"), learnt.get("files")
+    if not isinstance(names, list) or not isinstance(files, list) or not all(_is_stamp(f) for f in files):
+        return None
+    return [n for n in names if isinstance(n, str) and n != "__main__" and not n.startswith("_pytest")], files
 
 
 def modules(directory: str | None) -> tuple[list[str], str]:
@@ -206,9 +261,9 @@ def modules(directory: str | None) -> tuple[list[str], str]:
         names = None if material is None else read(directory, material)
         if names is not None:
             return names, "cached"
-    names = learn()
-    if names is None:
+    learnt = learn()
+    if learnt is None:
         return [], "failed"
     if directory and material is not None:
-        write(directory, material, names)
-    return names, "computed"
+        write(directory, material, *learnt)
+    return learnt[0], "computed"

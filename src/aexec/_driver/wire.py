@@ -131,6 +131,15 @@ class ServerReady(TypedDict, total=False):
     #: How the server knew what a pytest start imports: ``cached``, ``computed``,
     #: ``failed``, or ``none`` (not asked: not a pytest server, or no plugins loaded).
     startup: str
+    #: How many datagrams follow this one, each a JSON list of ``[path, mtime_ns,
+    #: size]`` (-1, -1: no such file): the files behind every module the server
+    #: imported, as they were when it was ready.
+    files: int
+
+
+#: The most of those stamps' JSON the server sends in one datagram (well under a
+#: socket's send buffer, which bounds a datagram's size).
+FILES_DATAGRAM_BYTES = 32 * 1024
 
 
 class SpawnRequest(TypedDict):

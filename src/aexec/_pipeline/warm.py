@@ -24,7 +24,7 @@ from .._log import get_logger
 from .._options import Options
 from .._stages.keys import server_key
 from .._stages.plan import Scratch, candidate_env
-from .cache import Inflight
+from .cache import Inflight, in_thread
 from .toolchain import LangToolchains, Toolchain, Toolchains
 
 log = get_logger(__name__)
@@ -40,8 +40,10 @@ class Warm:
         self.lang_toolchains = LangToolchains()
         #: Warm fork servers, by what they serve (`server`).
         self._servers: dict[str, ForkServer] = {}
-        #: The keys whose server a call is starting now (`server`).
+        #: The keys whose server a call is settling now (`_settle`).
         self._starting: dict[str, anyio.Event] = {}
+        #: Servers replaced because a file behind them changed, until their runs end.
+        self._retired: list[ForkServer] = []
         self._bytecode_dir: str | None = None
         #: The runs' cut /etc (`etc_dir`).
         self._etc_dir: str | None = None
@@ -51,7 +53,8 @@ class Warm:
     async def aclose(self) -> None:
         """Stop the fork servers (runs they started die with them), remove the bytecode store."""
         with anyio.CancelScope(shield=True):
-            servers, self._servers = list(self._servers.values()), {}
+            servers, self._servers = [*self._servers.values(), *self._retired], {}
+            self._retired = []
             for server in servers:
                 await server.aclose()
             if self._bytecode_dir is not None:
@@ -83,51 +86,61 @@ class Warm:
     async def server(
         self, tool: Toolchain, mode: str, autoload: bool, starts: Inflight[ForkServer | None]
     ) -> ForkServer | None:
-        """The warm server for runs like this one, started on first use (once per call:
-        ``starts``); None if it cannot be.
+        """The warm server for runs like this one, settled once per call (``starts``:
+        `_settle`); None if there is none.
 
         Servers outlive the call (one per interpreter, its distributions, mode, start-up
         environment and thread, until `aclose`), so that a harness calling `observe` once
-        per candidate gets them too; one that died is started afresh. The thread is part
-        of the key because a server dies with the thread that started it (PR_SET_PDEATHSIG).
-        The start-up environment is a run's (`candidate_env`) but for what differs run by
-        run (``HOME``, ``TMPDIR``: each forked run gets its own).
+        per candidate gets them too. The thread is part of the key because a server dies
+        with the thread that started it (PR_SET_PDEATHSIG). The start-up environment is a
+        run's (`candidate_env`) but for what differs run by run (``HOME``, ``TMPDIR``:
+        each forked run gets its own). One that dies during a call leaves that call's
+        later runs cold.
         """
         if not self.options.forkserver:
             return None
         env = self._server_env(tool.path, autoload)
         key = server_key(tool.path, tool.fingerprint, mode, env, threading.get_ident(), per_run=PER_RUN_ENV)
+        server, _ = await starts.run(key, lambda: self._settle(key, tool.path, mode, env))
+        return server if server is not None and server.alive else None
+
+    async def _settle(self, key: str, python: str, mode: str, env: dict[str, str]) -> ForkServer | None:
+        """The server of ``key`` for a call: the running one while every file behind its
+        modules is unchanged (`ForkServer.changed`: a forked run runs the code the server
+        imported, a cold run the files'), else a new one (None if it cannot start)."""
         # Concurrent calls on this observer (a server's requests) wait for the one that
-        # is starting this key's server, and share it: a second start would replace the
+        # is settling this key, and share its server: a second start would replace the
         # first server, and closing it would kill the runs it had begun (issue 31).
-        while True:
-            running = self._servers.get(key)
-            if running is not None and running.alive:
-                return running
-            starting = self._starting.get(key)
-            if starting is None:
-                break
-            await starting.wait()
-
-        async def start() -> ForkServer | None:
-            try:
-                server = await ForkServer.start(tool.path, DRIVER, mode, env, startup_dir=self.startup_dir)
-            except ServerGone as e:
-                log.warning("forkserver_unavailable", python=tool.path, mode=mode, error=str(e))
-                return None
-            stale = self._servers.pop(key, None)
-            self._servers[key] = server
-            if stale is not None:
-                await stale.aclose()
-            return server
-
+        while (settling := self._starting.get(key)) is not None:
+            await settling.wait()
         self._starting[key] = event = anyio.Event()
         try:
-            server, _ = await starts.run(key, start)
+            self._retired = [s for s in self._retired if not s.exited]  # reaped
+            running = self._servers.get(key)
+            if running is not None and running.alive:
+                gone = await in_thread(running.changed)
+                if gone is None:
+                    return running
+                log.info("forkserver_stale", python=python, mode=mode, changed=gone)
+                # runs of another call it started end as they would have; then it exits
+                running.retire()
+                self._retired.append(self._servers.pop(key))
+            return await self._start(key, python, mode, env)
         finally:
             del self._starting[key]
             event.set()
-        return server if server is not None and server.alive else None
+
+    async def _start(self, key: str, python: str, mode: str, env: dict[str, str]) -> ForkServer | None:
+        try:
+            server = await ForkServer.start(python, DRIVER, mode, env, startup_dir=self.startup_dir)
+        except ServerGone as e:
+            log.warning("forkserver_unavailable", python=python, mode=mode, error=str(e))
+            return None
+        dead = self._servers.pop(key, None)
+        self._servers[key] = server
+        if dead is not None:
+            await dead.aclose()
+        return server
 
     @property
     def startup_dir(self) -> str:
