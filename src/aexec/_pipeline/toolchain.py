@@ -123,19 +123,24 @@ def sources_stamp(roots: Iterable[str]) -> str:
     `NOT_SOURCES` or a venv): it moves when a source there is edited, added or removed."""
 
     def files() -> Iterator[tuple[str, int, int]]:
-        for root in roots:
-            for where, dirs, names in os.walk(root):
-                dirs[:] = sorted(
-                    d
-                    for d in dirs
-                    if d not in NOT_SOURCES and not os.path.exists(os.path.join(where, d, "pyvenv.cfg"))
-                )
-                for name in sorted(names):
-                    try:
-                        st = os.stat(os.path.join(where, name))
-                    except OSError:
-                        continue
-                    yield f"{where}/{name}", st.st_mtime_ns, st.st_size
+        todo = list(roots)
+        while todo:
+            try:
+                entries = sorted(os.scandir(todo.pop()), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name not in NOT_SOURCES and not os.path.exists(
+                        os.path.join(entry.path, "pyvenv.cfg")
+                    ):
+                        todo.append(entry.path)
+                    continue
+                try:
+                    st = entry.stat()  # a link's target (a link to a directory: its own stat)
+                except OSError:
+                    continue
+                yield entry.path, st.st_mtime_ns, st.st_size
 
     return sources_key(files())
 
