@@ -226,7 +226,7 @@ class Session:
             aexec=self.version,
             code=version,
             environment=declared,
-            toolchain=tool.fingerprint,
+            toolchain=tool.identity,
             language_toolchain=None if lang is None else lang.fingerprint,
         )
         return Job(

@@ -13,13 +13,13 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import anyio
 import attrs
 
 from .._errors import RequestError
-from .._stages.keys import lang_fingerprint, toolchain_key
+from .._stages.keys import lang_fingerprint, sources_key, toolchain_identity, toolchain_key
 from .cache import DiskCache, Inflight, in_thread
 
 #: How long asking an interpreter for its version and packages may take.
@@ -34,11 +34,32 @@ _PROBE = (
     " dists = sorted({'=='.join(e.rsplit('.', 1)[0].split('-')[:2]) for p in sys.path if os.path.isdir(p)"
     " for e in os.listdir(p) if e.endswith(('.dist-info', '.egg-info'))})\n"
     "pt = [d for d in dists if d.lower().startswith('pytest==')]\n"
+    # Sources outside the install, which an edit changes without installing anything: a
+    # sys.path directory no prefix holds (a ``.pth``'s, as most editable installs lay
+    # out), and the packages a setuptools editable finder maps (``MAPPING``).
+    "pre = [os.path.realpath(x) for x in (sys.prefix, sys.base_prefix, sys.exec_prefix)]\n"
+    "out = lambda p: not any(p == x or p.startswith(x + os.sep) for x in pre)\n"
+    "dirs = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]\n"
+    "ed = {p for p in dirs if out(p)}\n"
+    "for p in dirs:\n"
+    " for e in [e for e in os.listdir(p) if e.startswith('__editable__') and e.endswith('_finder.py')]:\n"
+    "  try:\n"
+    "   import ast\n"
+    "   with open(os.path.join(p, e)) as f:\n"
+    "    for n in ast.parse(f.read()).body:\n"
+    "     t = getattr(n, 'targets', None) or [getattr(n, 'target', None)]\n"
+    "     if getattr(t[0], 'id', '') == 'MAPPING':\n"
+    "      ed.update(os.path.realpath(v if os.path.isdir(v) else os.path.dirname(v))"
+    " for v in ast.literal_eval(n.value).values())\n"
+    "  except Exception:\n"
+    "   pass\n"
     "print(json.dumps({'version': platform.python_implementation() + ' ' + platform.python_version()"
     " + ('; ' + pt[0].replace('==', ' ') if pt else '; no pytest'),"
     " 'fingerprint': hashlib.sha256('\\n'.join(dists).encode()).hexdigest(),"
+    " 'editable': sorted(ed),"
+    " 'editable': sorted(ed),"
     " 'paths': sorted({p for p in [*sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix,"
-    " os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]"
+    " os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)), *ed]"
     " if p and os.path.isdir(p)})}))\n"
 )
 
@@ -52,6 +73,17 @@ class Toolchain:
     paths: tuple[str, ...]
     #: `stamp` of the interpreter and ``paths`` when probed: the answer holds while equal.
     stamp: tuple[tuple[int, int], ...]
+    #: The sources it imports from outside its install (editable installs: a ``.pth``'s
+    #: directory, a setuptools finder's packages), which an edit changes in place.
+    editable: tuple[str, ...] = ()
+    #: `sources_stamp` of ``editable`` this call ("" without any).
+    sources: str = ""
+
+    @property
+    def identity(self) -> str:
+        """What an observation of it rests on, for the cache keys: its distributions and,
+        with editable installs, their sources as they are this call."""
+        return toolchain_identity(self.fingerprint, self.sources)
 
 
 def stamp(paths: Iterable[str]) -> tuple[tuple[int, int], ...]:
@@ -67,6 +99,50 @@ def stamp(paths: Iterable[str]) -> tuple[tuple[int, int], ...]:
         except OSError:
             out.append((-1, -1))
     return tuple(out)
+
+
+#: Directories `sources_stamp` does not enter: a VCS's, caches, another environment's.
+NOT_SOURCES = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        "node_modules",
+    }
+)
+
+
+def sources_stamp(roots: Iterable[str]) -> str:
+    """`sources_key` of every file's path, mtime and size under ``roots`` (not under
+    `NOT_SOURCES` or a venv): it moves when a source there is edited, added or removed."""
+
+    def files() -> Iterator[tuple[str, int, int]]:
+        todo = list(roots)
+        while todo:
+            try:
+                entries = sorted(os.scandir(todo.pop()), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name not in NOT_SOURCES and not os.path.exists(
+                        os.path.join(entry.path, "pyvenv.cfg")
+                    ):
+                        todo.append(entry.path)
+                    continue
+                try:
+                    st = entry.stat()  # a link's target (a link to a directory: its own stat)
+                except OSError:
+                    continue
+                yield entry.path, st.st_mtime_ns, st.st_size
+
+    return sources_key(files())
 
 
 def resolve_python(python: str | None) -> str:
@@ -97,6 +173,7 @@ async def probe_toolchain(python: str) -> Toolchain:
             str(info["fingerprint"]),
             paths,
             await in_thread(stamp, [python, *paths]),
+            editable=tuple(map(str, info.get("editable", ()))),
         )
     except (ValueError, KeyError, TypeError, RecursionError):
         msg = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
@@ -113,6 +190,7 @@ def _from_disk(hit: object) -> Toolchain | None:
             fingerprint=str(hit["fingerprint"]),
             paths=tuple(map(str, hit["paths"])),
             stamp=tuple((int(a), int(b)) for a, b in hit["stamp"]),
+            editable=tuple(map(str, hit.get("editable", ()))),
         )
     except (TypeError, KeyError, ValueError):
         return None  # a foreign entry: probe afresh
@@ -126,7 +204,8 @@ class Toolchains:
         self._version = aexec_version
 
     async def get(self, python: str, inflight: Inflight[Toolchain], disk: DiskCache | None) -> Toolchain:
-        """``python``'s toolchain, probed once per ``inflight`` (a call) and change."""
+        """``python``'s toolchain, probed once per ``inflight`` (a call) and change; its
+        editable sources stamped once per call (`Toolchain.sources`)."""
         try:
             os.stat(python)
         except OSError as e:
@@ -151,7 +230,13 @@ class Toolchains:
                     pass  # a read-only cache: probed again next time
             return tool
 
-        tool, _ = await inflight.run(python, probe)
+        async def this_call() -> Toolchain:
+            tool = await probe()
+            if tool.editable:
+                tool = attrs.evolve(tool, sources=await in_thread(sources_stamp, tool.editable))
+            return tool
+
+        tool, _ = await inflight.run(python, this_call)
         return tool
 
 

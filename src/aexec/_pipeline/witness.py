@@ -122,7 +122,7 @@ async def _before(session: Session, job: Job, leftover: list[Scratch]) -> Outcom
         aexec=session.version,
         repo_hash=job.repo_hash,
         environment=job.declared,
-        toolchain=job.tool.fingerprint,
+        toolchain=job.tool.identity,
     )
 
     async def compute() -> Outcome:
@@ -144,7 +144,7 @@ async def _unpatched(session: Session, job: Job, leftover: list[Scratch]) -> Out
         aexec=session.version,
         repo_hash=job.repo_hash,
         environment=job.declared,
-        toolchain=job.tool.fingerprint,
+        toolchain=job.tool.identity,
     )
 
     async def compute() -> Outcome:

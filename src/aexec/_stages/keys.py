@@ -7,7 +7,8 @@ every observation carries. The store behind the keys is ``aexec._pipeline.cache`
 Every key is made here, by a pure function of what it names, so what a key covers is
 read in one file: an observation's (`observation_key`), a before-run's and an unpatched
 run's (`before_key`, `unpatched_key`), a compiled repo's (`bytecode_key`), a probed
-interpreter's (`toolchain_key`) and language toolchain's (`lang_fingerprint`), a warm
+interpreter's (`toolchain_key`) and language toolchain's (`lang_fingerprint`), what the
+keys take of an interpreter (`toolchain_identity`, with `sources_key`), a warm
 fork server's (`server_key`) and a Ray submission's (`submission_key`).
 """
 
@@ -150,6 +151,20 @@ def bytecode_key(
 def toolchain_key(python: str, *, aexec: str) -> str:
     """A probed interpreter's entry in the disk cache."""
     return cache_key(role="toolchain", python=python, aexec=aexec)
+
+
+def sources_key(files: Iterable[tuple[str, int, int]]) -> str:
+    """Editable sources as they are: SHA-256 of each file's (path, mtime, size), in order."""
+    digest = hashlib.sha256()
+    for path, mtime, size in files:
+        digest.update(f"{path}\0{mtime}\0{size}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def toolchain_identity(fingerprint: str, sources: str) -> str:
+    """What the cache keys take of an interpreter (their ``toolchain``): its
+    distributions' fingerprint and, with editable installs, `sources_key` of them."""
+    return f"{fingerprint}+{sources}" if sources else fingerprint
 
 
 def lang_fingerprint(language: str, version: str, tools: Mapping[str, str], stamps: Any) -> str:
