@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +31,26 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     isolation, CLI) took 199 s at ``-n 2``, 180 s at ``-n 3`` and 153 s at ``-n 4``, with
     no timing test failing. An explicit ``-n N`` still wins."""
     return 2 * len(os.sched_getaffinity(0))
+
+
+def once_per_session(
+    factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Any]
+) -> tuple[Path, Any]:
+    """``make(directory)`` run once per test session, not once per xdist worker: the
+    first worker to ask runs it (under a lock) and saves what it returns (JSON data);
+    the others wait for it and read the same directory and data. For an expensive,
+    read-only reference that a module fixture would otherwise make on every worker that
+    runs one of its tests. A ``make`` that fails saves nothing (the next asker tries)."""
+    base = factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    directory, saved = root / f"once-{name}", root / f"once-{name}.json"
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not saved.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            saved.write_text(json.dumps(make(directory)))
+        return directory, json.loads(saved.read_text())
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -28,6 +28,7 @@ code and the absence of a traceback are matched exactly.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -48,8 +49,10 @@ import anyio
 import pytest
 
 import aexec
+from aexec._jsonl import read_cases
+from aexec._serde import dumps
 
-from .conftest import EXAMPLES, RefusingSupervisor, aexec_in_process, diff, live_pids_with
+from .conftest import EXAMPLES, RefusingSupervisor, aexec_in_process, diff, live_pids_with, once_per_session
 
 AEXEC = [sys.executable, "-m", "aexec"]
 NCORES = os.cpu_count() or 1
@@ -982,33 +985,65 @@ def add_special(repo: Path, kind: str, stack: contextlib.ExitStack) -> Path | No
     return None
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, id=f"P3-repo-with-{k}") for k in SPECIAL])
-def test_repo_with_special_files_is_observed_within_a_bound(
-    tmp_path: Path, private_shop: Path, kind: str
-) -> None:
-    """P3: a repo holding a FIFO, a socket, a device node, a symlink loop or a dangling
-    symlink is observed within a bound (special files are skipped, never opened), with
-    the same answer as the repo without it; the other request is observed too."""
+def _special_repos(d: Path) -> dict[str, Any]:
+    """One ``aexec observe`` of a repo per `SPECIAL` kind (each a shop holding that special
+    file, and a file naming the kind, so that no two repos share a hash: each is walked,
+    compiled and run for itself, none served from another's run), then a snippet."""
     with contextlib.ExitStack() as stack:
-        add_special(private_shop, kind, stack)
-        cases = tmp_path / "cases.jsonl"
-        cases.write_bytes(jline({**SUITE, "id": "s", "repo": str(private_shop)}) + jline(good("a")))
-        out = tmp_path / "obs.jsonl"
-        scratch = tmp_path / "tmp"
+        rows = []
+        for kind in SPECIAL:
+            repo = d / f"shop-{kind}"
+            shutil.copytree(EXAMPLES / "shop", repo)
+            (repo / "KIND.txt").write_text(kind)
+            add_special(repo, kind, stack)
+            rows.append({**SUITE, "id": kind, "repo": str(repo)})
+        cases = d / "cases.jsonl"
+        cases.write_bytes(b"".join(jline(r) for r in rows) + jline(good("a")))
+        scratch = d / "tmp"
         scratch.mkdir()
         done = run(
             "observe",
             str(cases),
             "-o",
-            str(out),
+            str(d / "obs.jsonl"),
             "--cache-dir",
-            str(tmp_path / "cache"),
+            str(d / "cache"),
             env={**os.environ, "TMPDIR": str(scratch)},
-            timeout=90,
+            timeout=90 + 15 * len(SPECIAL),
         )
-    got = assert_observed(done, out, ["s", "a"])
-    assert got[0]["verdict"] == "fail" and got[0]["failure"]["failure_class"] == "assertion", got[0]
-    assert [n for n in os.listdir(scratch) if n.startswith("aexec-") and "-bytecode-" not in n] == []
+    return {
+        "returncode": done.returncode,
+        "stderr": done.stderr,
+        "left": [n for n in os.listdir(scratch) if n.startswith("aexec-") and "-bytecode-" not in n],
+    }
+
+
+@pytest.fixture(scope="module")
+def special_repos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    return once_per_session(tmp_path_factory, "bad-input-special-repos", _special_repos)
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, id=f"P3-repo-with-{k}") for k in SPECIAL])
+def test_repo_with_special_files_is_observed_within_a_bound(
+    special_repos: tuple[Path, dict[str, Any]], kind: str
+) -> None:
+    """P3: a repo holding a FIFO, a socket, a device node, a symlink loop or a dangling
+    symlink is observed within a bound (special files are skipped, never opened), with
+    the same answer as the repo without it; the other request is observed too.
+
+    One ``aexec observe`` observes a repo of each kind (`_special_repos`, once per
+    session): a special file that were opened would hang that run (and fail every kind
+    here), one that broke a walk or a copy would make this kind's observation an error."""
+    d, done = special_repos
+    assert "Traceback" not in done["stderr"], done["stderr"]
+    got = {o["id"]: o for o in observations(d / "obs.jsonl")}
+    assert list(got) == [*SPECIAL, "a"], done["stderr"]
+    mine = got[kind]
+    assert mine["verdict"] == "fail" and mine["failure"]["failure_class"] == "assertion", mine
+    assert got["a"]["verdict"] != "error", got["a"]
+    assert (d / "obs.jsonl").read_bytes().endswith(b"\n")
+    assert done["returncode"] == 0, done["stderr"]
+    assert done["left"] == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["P3-SIGTERM", "P3-SIGINT"])
@@ -1195,10 +1230,7 @@ def suite_fix() -> dict[str, Any]:
     return next(r for r in rows if r["id"] == "suite-fix")
 
 
-@pytest.fixture(scope="module")
-def fresh(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One fresh cached run of two snippets and the shop repair (module-wide reference)."""
-    d = tmp_path_factory.mktemp("fresh")
+def _fresh(d: Path) -> dict[str, Any]:
     shutil.copytree(EXAMPLES / "shop", d / "shop")
     rows = [
         good("A", "print('A')"),
@@ -1212,7 +1244,15 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     obs = {o["id"]: o for o in observations(d / "obs.jsonl")}
     assert obs["S"]["verdict"] == "pass", obs["S"]
     assert obs["A"]["stdout"] == "A\n" and obs["B"]["stdout"] == "B\n"
-    return {"dir": d, "cases": cases, "obs": obs, "cache": d / "cache"}
+    return obs
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One fresh cached run of two snippets and the shop repair (a reference for the whole
+    session: each test copies the cache it damages; nothing writes to this one)."""
+    d, obs = once_per_session(tmp_path_factory, "bad-input-fresh", _fresh)
+    return {"dir": d, "cases": d / "cases.jsonl", "obs": obs, "cache": d / "cache"}
 
 
 def observe_cli(kind: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -1399,13 +1439,46 @@ BYTECODE_DAMAGE = [
 ]
 
 
+@pytest.fixture(scope="module")
+def observe_with_a_cache() -> Iterator[Callable[[Path, Path], list[dict[str, Any]]]]:
+    """``aexec observe CASES --cache-dir CACHE``'s observations, as its JSON lines, made by
+    one `aexec.Observer` for the module: one interpreter probe and one warm pytest server
+    for all the damaged stores, not one per case. What a case damages is its cache dir's,
+    which each call gets for itself (`observe_many`'s ``cache_dir``): the call finds its
+    store, checks it and repairs it as the command's own observer would. The server is
+    started on an empty directory (`_driver.startup`) and holds none of a repo's modules:
+    each run imports the repo's from its own view, over the call's compiled repo."""
+    with (
+        anyio.from_thread.start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(aexec.observer(aexec.Options.from_env())) as own,
+    ):
+
+        def observe(cases: Path, cache: Path) -> list[dict[str, Any]]:
+            got = portal.call(
+                functools.partial(
+                    aexec.observe_many, read_cases(str(cases)), observer=own, cache_dir=str(cache)
+                )
+            )
+            return [json.loads(dumps(o)) for o in got]
+
+        yield observe
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", [pytest.param(k, id=f"P4-bytecode-{k}") for k in BYTECODE_DAMAGE])
-def test_a_damaged_bytecode_store_is_never_trusted(tmp_path: Path, fresh: dict[str, Any], kind: str) -> None:
+def test_a_damaged_bytecode_store_is_never_trusted(
+    tmp_path: Path,
+    fresh: dict[str, Any],
+    observe_with_a_cache: Callable[[Path, Path], list[dict[str, Any]]],
+    kind: str,
+) -> None:
     """P4: with the cache's bytecode store damaged (a corrupted, truncated or swapped
     .pyc, a .pyc that is a directory, a FIFO or a symlink, the store a file) and the
     observations themselves gone from the cache, the repair observed again is ``pass`` as
-    it was fresh — not a ``compile`` failure — and what gets cached is right too."""
+    it was fresh — not a ``compile`` failure — and what gets cached is right too.
+
+    Observed by the module's one observer (`observe_with_a_cache`); a FIFO, whose read
+    could block for ever, by the real command, ended as a hang after 120 s."""
     cache = tmp_path / "cache"
     shutil.copytree(fresh["cache"], cache, symlinks=True)
     for p in cache.glob("*.json"):
@@ -1415,16 +1488,23 @@ def test_a_damaged_bytecode_store_is_never_trusted(tmp_path: Path, fresh: dict[s
     cases = tmp_path / "cases.jsonl"
     cases.write_bytes(jline({**suite_fix(), "id": "S", "repo": str(fresh["dir"] / "shop")}))
     out = tmp_path / "obs.jsonl"
+
+    def observe() -> list[dict[str, Any]]:
+        if "fifo" not in kind:
+            return observe_with_a_cache(cases, cache)
+        return assert_observed(
+            run("observe", str(cases), "-o", str(out), "--cache-dir", str(cache), timeout=120), out, ["S"]
+        )
+
     try:
         damage_bytecode(kind, cache, held)
-        done = observe_cli(kind, "observe", str(cases), "-o", str(out), "--cache-dir", str(cache))
+        (got,) = observe()
     finally:
         for fd in held:
             os.close(fd)
-    (got,) = assert_observed(done, out, ["S"])
     assert behaviour(got) == behaviour(s), got["failure"]
-    again = observe_cli(kind, "observe", str(cases), "-o", str(out), "--cache-dir", str(cache))
-    (got,) = assert_observed(again, out, ["S"])
+    assert got["cache_hit"] is False
+    (got,) = observe()
     assert behaviour(got) == behaviour(s) and got["cache_hit"] is True
 
 
