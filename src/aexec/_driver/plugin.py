@@ -7,6 +7,7 @@ A module of the driver's package (see `aexec._driver`).
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from . import reporting, wire
@@ -15,11 +16,35 @@ if TYPE_CHECKING:
     from .reporting import Report
 
 
-class Reporter:
-    """A pytest plugin: per-test verdicts from pytest's own hooks, not its terminal text."""
+#: What a pytest fork server imported through its pytest's assertion-rewriting hook
+#: (`serve.preload_pytest`), as each run it forks inherits it (empty in a cold run): a
+#: module's name -> whether that hook rewrote it.
+PRELOADED: dict[str, bool] = {}
+#: That hook's ``python_files``: the default (its Config had read no ini file).
+PRELOAD_PATTERNS: list[str] = []
 
-    def __init__(self, report: Report) -> None:
+
+class Reporter:
+    """A pytest plugin: per-test verdicts from pytest's own hooks, not its terminal text.
+
+    In a run a fork server forked, with ``hookimpl`` (pytest's marker), it also ends the
+    run as soon as pytest has read the repo's configuration if the modules the server
+    imported ahead are not as this run's pytest would have imported them (`unlike_cold`):
+    a `wire.GoColdRecord` tells the library to run it cold instead."""
+
+    def __init__(self, report: Report, hookimpl: Any = None) -> None:
         self.report = report
+        if PRELOADED and hookimpl is not None:
+
+            def served(early_config: Any) -> Any:
+                # a wrapper: before any plugin's own hook (conftests, Django's set-up)
+                why = unlike_cold(early_config)
+                if why is not None:
+                    report.write("go_cold", reason=why)
+                    os._exit(wire.GO_COLD)  # nothing of the run's own has run yet: no exit hooks
+                yield
+
+            self.pytest_load_initial_conftests: Any = hookimpl(hookwrapper=True)(served)
         self.verdicts: dict[str, str] = {}
         #: Tests that raised in a phase whose report a hook rewrote into a pass or skip.
         self.rewritten: dict[str, str] = {}
@@ -125,6 +150,62 @@ class Reporter:
             for record in records:
                 self.report.write("exception", **record)
         self.pending.clear()
+
+
+def preloaded(hook: Any, before: set[str]) -> None:
+    """In the fork server: record the modules imported since ``before`` (through
+    ``hook``, pytest's assertion-rewriting import hook), and the hook's patterns."""
+    for name in set(sys.modules) - before:
+        try:
+            spec: Any = getattr(sys.modules[name], "__spec__", None)
+            if getattr(spec, "origin", None) is not None:
+                PRELOADED[name] = spec.loader is hook
+        except Exception:  # a module object of a kind of its own
+            continue
+    PRELOAD_PATTERNS[:] = list(hook.fnpats)
+
+
+def unlike_cold(config: Any) -> str | None:
+    """Why the modules the fork server imported ahead are not as a cold run's pytest, with
+    this ``config`` (the repo's, read), would have imported them — rewritten or not, as
+    this run's assertion-rewriting hook decides each (its own ``find_spec``) — or None.
+
+    Only a configuration whose rewriting differs from the server's is looked at module
+    by module: ``--assert=plain`` (no hook: nothing rewritten), another
+    ``python_files``, or ``enable_assertion_pass_hook`` (asserts rewritten otherwise)."""
+    hook: Any = next(
+        (
+            f
+            for f in sys.meta_path
+            if type(f).__name__ == "AssertionRewritingHook" and getattr(f, "config", None) is config
+        ),
+        None,
+    )
+    rewritten = sorted(name for name, was in PRELOADED.items() if was)
+    if hook is None:
+        if rewritten:
+            return f"assertions are not rewritten (--assert=plain), and {rewritten[0]} was, imported ahead"
+        return None
+    try:
+        pass_hook = bool(config.getini("enable_assertion_pass_hook"))
+    except (ValueError, KeyError):  # a pytest without it
+        pass_hook = False
+    if pass_hook and rewritten:
+        return f"enable_assertion_pass_hook: {rewritten[0]} was rewritten without it, imported ahead"
+    patterns = list(hook.fnpats)
+    if patterns == PRELOAD_PATTERNS:
+        return None  # every module decided as the server's hook decided it
+    for name in sorted(PRELOADED):
+        parent, _, _ = name.rpartition(".")
+        path = getattr(sys.modules.get(parent), "__path__", None) if parent else None
+        try:
+            spec = hook.find_spec(name, path)
+        except Exception:
+            spec = None
+        if (spec is not None and spec.loader is hook) != PRELOADED[name]:
+            done = "rewritten" if PRELOADED[name] else "not rewritten"
+            return f"python_files = {patterns}: {name} was {done}, imported ahead"
+    return None
 
 
 def missing_fixture(longrepr: Any) -> str | None:
