@@ -181,17 +181,17 @@ def unlike_cold(config: Any) -> str | None:
         ),
         None,
     )
-    rewritten = sorted(name for name, was in PRELOADED.items() if was)
-    if hook is None:
-        if rewritten:
-            return f"assertions are not rewritten (--assert=plain), and {rewritten[0]} was, imported ahead"
-        return None
+    if hook is None:  # --assert=plain: a cold run rewrites nothing
+        rewritten = sorted(name for name, was in PRELOADED.items() if was)
+        return f"--assert=plain: {rewritten[0]} was rewritten, imported ahead" if rewritten else None
     try:
-        pass_hook = bool(config.getini("enable_assertion_pass_hook"))
+        pass_hook = config.getini("enable_assertion_pass_hook")
     except (ValueError, KeyError):  # a pytest without it
         pass_hook = False
-    if pass_hook and rewritten:
-        return f"enable_assertion_pass_hook: {rewritten[0]} was rewritten without it, imported ahead"
+    if pass_hook:  # rewritten otherwise, cold
+        rewritten = sorted(name for name, was in PRELOADED.items() if was)
+        if rewritten:
+            return f"enable_assertion_pass_hook: {rewritten[0]} was rewritten without it, imported ahead"
     patterns = list(hook.fnpats)
     if patterns == PRELOAD_PATTERNS:
         return None  # every module decided as the server's hook decided it
