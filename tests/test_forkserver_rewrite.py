@@ -7,7 +7,11 @@ imports at configure too), under ``--assert=plain`` none (not the plugins' own m
 either). A warm run cannot un-import them: it ends as soon as pytest has read the
 configuration, and the run is made cold, as are the repo's later runs in the call
 (`aexec._driver.plugin.unlike_cold`). Each observation must be the cold one: the same
-messages, stdout and verdicts as pytest's own run."""
+messages, stdout and verdicts as pytest's own run.
+
+Nor does a warm run import the plugins: what their import marks for rewriting
+(``register_assert_rewrite``) marked the server's hook, and a module so marked that
+only a test imports was not rewritten warm. The run's own hook gets those marks."""
 
 from __future__ import annotations
 
@@ -28,9 +32,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 #: The plugin (its module rewritten, as pytest rewrites its plugins' distributions): a
 #: fixture whose check asserts here, and a configure hook importing a helper module of
 #: site-packages that no distribution of a plugin holds (rewritten only if
-#: ``python_files`` matches its file).
+#: ``python_files`` matches its file). It also has another module rewritten
+#: (``register_assert_rewrite``), which only a test imports.
 PLUGIN = """\
 import pytest
+
+pytest.register_assert_rewrite("aexec_rw_lazy")
 
 
 def pytest_configure(config):
@@ -60,8 +67,14 @@ def test_plugin(plugin_check):
 
 def test_passes(plugin_check):
     plugin_check(2)
+
+
+def test_lazy():
+    import aexec_rw_lazy
+
+    aexec_rw_lazy.check(1)
 """
-VERDICTS = {"test_helper": "failed", "test_plugin": "failed", "test_passes": "passed"}
+VERDICTS = {"test_helper": "failed", "test_plugin": "failed", "test_passes": "passed", "test_lazy": "failed"}
 
 
 @pytest.fixture
@@ -82,6 +95,7 @@ def python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     [site] = (where / "lib").glob("python*/site-packages")
     (site / "aexec_rw_plugin.py").write_text(PLUGIN)
     (site / "aexec_rw_helper.py").write_text(HELPER)
+    (site / "aexec_rw_lazy.py").write_text(HELPER)
     dist = site / "aexec_rw_plugin-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aexec-rw-plugin\nVersion: 1.0\n")
@@ -139,6 +153,7 @@ async def test_a_repo_whose_pytest_imports_the_plugins_otherwise_is_run_cold(
     assert messages(cold) == {
         "test_helper": f"{prefix}test_helper: {helper}",
         "test_plugin": f"{prefix}test_plugin: {plugin}",
+        "test_lazy": f"{prefix}test_lazy: {plugin}",  # marked as the plugin is
     }, cold.failures
     assert verdicts(cold) == plain_pytest(python, repo, ["test_x.py"], tmp_path)  # pytest's own
     assert summary(cold) == VERDICTS
@@ -160,5 +175,7 @@ async def test_a_repo_configured_as_the_server_is_run_warm(
     assert messages(warm) == {
         "test_helper": "test_x.py::test_helper: AssertionError",  # not a test file here
         "test_plugin": "test_x.py::test_plugin: AssertionError: assert 1 == 2",
+        # marked by the plugin's import, in the server: this run's pytest marks it too
+        "test_lazy": "test_x.py::test_lazy: AssertionError: assert 1 == 2",
     }, warm.failures
     assert comparable(warm) == comparable(cold)

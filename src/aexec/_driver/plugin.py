@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 PRELOADED: dict[str, bool] = {}
 #: That hook's ``python_files``: the default (its Config had read no ini file).
 PRELOAD_PATTERNS: list[str] = []
+#: What was marked for rewriting on that hook: the plugins' distributions, as a run's
+#: pytest marks them, and what their imports asked for (``register_assert_rewrite``).
+PRELOAD_MARKS: set[str] = set()
 
 
 class Reporter:
@@ -163,6 +166,7 @@ def preloaded(hook: Any, before: set[str]) -> None:
         except Exception:  # a module object of a kind of its own
             continue
     PRELOAD_PATTERNS[:] = list(hook.fnpats)
+    PRELOAD_MARKS.update(getattr(hook, "_must_rewrite", ()))
 
 
 def unlike_cold(config: Any) -> str | None:
@@ -170,8 +174,9 @@ def unlike_cold(config: Any) -> str | None:
     this ``config`` (the repo's, read), would have imported them — rewritten or not, as
     this run's assertion-rewriting hook decides each (its own ``find_spec``) — or None.
 
-    Only a configuration whose rewriting differs from the server's is looked at module
-    by module: ``--assert=plain`` (no hook: nothing rewritten), another
+    This run's hook gets the marks the plugins' imports made on the server's. Only a
+    configuration whose rewriting differs from the server's is looked at module by
+    module: ``--assert=plain`` (no hook: nothing rewritten), another
     ``python_files``, or ``enable_assertion_pass_hook`` (asserts rewritten otherwise)."""
     hook: Any = next(
         (
@@ -184,6 +189,12 @@ def unlike_cold(config: Any) -> str | None:
     if hook is None:  # --assert=plain: a cold run rewrites nothing
         rewritten = sorted(name for name, was in PRELOADED.items() if was)
         return f"--assert=plain: {rewritten[0]} was rewritten, imported ahead" if rewritten else None
+    # A plugin's ``register_assert_rewrite`` at import marked the server's hook; a cold
+    # run's plugin, imported here, would have marked this one (a module it names and
+    # imports only later, in a test, is rewritten cold).
+    missing = PRELOAD_MARKS - set(getattr(hook, "_must_rewrite", PRELOAD_MARKS))
+    if missing:
+        hook.mark_rewrite(*sorted(missing))
     try:
         pass_hook = config.getini("enable_assertion_pass_hook")
     except (ValueError, KeyError):  # a pytest without it
