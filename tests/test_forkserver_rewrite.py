@@ -6,7 +6,7 @@ module imported after pytest's hook is rewritten (a site-packages helper a plugi
 imports at configure too), under ``--assert=plain`` none (not the plugins' own modules
 either). A warm run cannot un-import them: it ends as soon as pytest has read the
 configuration, and the run is made cold, as are the repo's later runs in the call
-(`aexec._driver.plugin.unlike_cold`). Each observation must be the cold one: the same
+(`aexec._driver.rewriting.unlike_cold`). Each observation must be the cold one: the same
 messages, stdout and verdicts as pytest's own run.
 
 Nor does a warm run import the plugins: what their import marks for rewriting

@@ -7,24 +7,12 @@ A module of the driver's package (see `aexec._driver`).
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
-from . import reporting, wire
+from . import reporting, rewriting, wire
 
 if TYPE_CHECKING:
     from .reporting import Report
-
-
-#: What a pytest fork server imported through its pytest's assertion-rewriting hook
-#: (`serve.preload_pytest`), as each run it forks inherits it (empty in a cold run): a
-#: module's name -> whether that hook rewrote it.
-PRELOADED: dict[str, bool] = {}
-#: That hook's ``python_files``: the default (its Config had read no ini file).
-PRELOAD_PATTERNS: list[str] = []
-#: What was marked for rewriting on that hook: the plugins' distributions, as a run's
-#: pytest marks them, and what their imports asked for (``register_assert_rewrite``).
-PRELOAD_MARKS: set[str] = set()
 
 
 class Reporter:
@@ -32,16 +20,16 @@ class Reporter:
 
     In a run a fork server forked, with ``hookimpl`` (pytest's marker), it also ends the
     run as soon as pytest has read the repo's configuration if the modules the server
-    imported ahead are not as this run's pytest would have imported them (`unlike_cold`):
-    a `wire.GoColdRecord` tells the library to run it cold instead."""
+    imported ahead are not as this run's pytest would have imported them
+    (`rewriting.unlike_cold`): a `wire.GoColdRecord` tells the library to run it cold."""
 
     def __init__(self, report: Report, hookimpl: Any = None) -> None:
         self.report = report
-        if PRELOADED and hookimpl is not None:
+        if rewriting.PATTERNS and hookimpl is not None:
 
             def served(early_config: Any) -> Any:
                 # a wrapper: before any plugin's own hook (conftests, Django's set-up)
-                why = unlike_cold(early_config)
+                why = rewriting.unlike_cold(early_config)
                 if why is not None:
                     report.write("go_cold", reason=why)
                     os._exit(wire.GO_COLD)  # nothing of the run's own has run yet: no exit hooks
@@ -153,70 +141,6 @@ class Reporter:
             for record in records:
                 self.report.write("exception", **record)
         self.pending.clear()
-
-
-def preloaded(hook: Any, before: set[str]) -> None:
-    """In the fork server: record the modules imported since ``before`` (through
-    ``hook``, pytest's assertion-rewriting import hook), and the hook's patterns."""
-    for name in set(sys.modules) - before:
-        try:
-            spec: Any = getattr(sys.modules[name], "__spec__", None)
-            if getattr(spec, "origin", None) is not None:
-                PRELOADED[name] = spec.loader is hook
-        except Exception:  # a module object of a kind of its own
-            continue
-    PRELOAD_PATTERNS[:] = list(hook.fnpats)
-    PRELOAD_MARKS.update(getattr(hook, "_must_rewrite", ()))
-
-
-def unlike_cold(config: Any) -> str | None:
-    """Why the modules the fork server imported ahead are not as a cold run's pytest, with
-    this ``config`` (the repo's, read), would have imported them — rewritten or not, as
-    this run's assertion-rewriting hook decides each (its own ``find_spec``) — or None.
-
-    This run's hook gets the marks the plugins' imports made on the server's. Only a
-    configuration whose rewriting differs from the server's is looked at module by
-    module: ``--assert=plain`` (no hook: nothing rewritten), another
-    ``python_files``, or ``enable_assertion_pass_hook`` (asserts rewritten otherwise)."""
-    hook: Any = next(
-        (
-            f
-            for f in sys.meta_path
-            if type(f).__name__ == "AssertionRewritingHook" and getattr(f, "config", None) is config
-        ),
-        None,
-    )
-    if hook is None:  # --assert=plain: a cold run rewrites nothing
-        rewritten = sorted(name for name, was in PRELOADED.items() if was)
-        return f"--assert=plain: {rewritten[0]} was rewritten, imported ahead" if rewritten else None
-    # A plugin's ``register_assert_rewrite`` at import marked the server's hook; a cold
-    # run's plugin, imported here, would have marked this one (a module it names and
-    # imports only later, in a test, is rewritten cold).
-    missing = PRELOAD_MARKS - set(getattr(hook, "_must_rewrite", PRELOAD_MARKS))
-    if missing:
-        hook.mark_rewrite(*sorted(missing))
-    try:
-        pass_hook = config.getini("enable_assertion_pass_hook")
-    except (ValueError, KeyError):  # a pytest without it
-        pass_hook = False
-    if pass_hook:  # rewritten otherwise, cold
-        rewritten = sorted(name for name, was in PRELOADED.items() if was)
-        if rewritten:
-            return f"enable_assertion_pass_hook: {rewritten[0]} was rewritten without it, imported ahead"
-    patterns = list(hook.fnpats)
-    if patterns == PRELOAD_PATTERNS:
-        return None  # every module decided as the server's hook decided it
-    for name in sorted(PRELOADED):
-        parent, _, _ = name.rpartition(".")
-        path = getattr(sys.modules.get(parent), "__path__", None) if parent else None
-        try:
-            spec = hook.find_spec(name, path)
-        except Exception:
-            spec = None
-        if (spec is not None and spec.loader is hook) != PRELOADED[name]:
-            done = "rewritten" if PRELOADED[name] else "not rewritten"
-            return f"python_files = {patterns}: {name} was {done}, imported ahead"
-    return None
 
 
 def missing_fixture(longrepr: Any) -> str | None:

@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import kernel, plugin, runners, startup, template, wire
+from . import kernel, rewriting, runners, startup, template, wire
 
 if TYPE_CHECKING:
     from .wire import Instructions, ServerReady, SpawnRequest
@@ -138,8 +138,8 @@ def preload_pytest(startup_dir: str | None = None) -> str:
         if hook is not None and hook in sys.meta_path:
             sys.meta_path.remove(hook)
         # imported as a default configuration has pytest rewrite them: a run whose
-        # configuration differs checks them (`plugin.unlike_cold`)
-        plugin.preloaded(hook, before)
+        # configuration differs checks them (`rewriting.unlike_cold`)
+        rewriting.preloaded(hook, before)
     return how
 
 
