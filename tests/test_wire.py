@@ -77,6 +77,7 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
         },
         {"name": "run", "exit": None, "signal": 11, "stdout": "partial", "stderr": "", "evidence": None},
     ],
+    "go_cold": [{"reason": "python_files = ['*.py']: aexec_helper was not rewritten, imported ahead"}],
 }
 
 #: Run the driver's entry as a file (``runpy.run_path``, as ``python __main__.py`` would,

@@ -11,7 +11,9 @@ shared with the run but copy-on-write memory.
 
 The one thing a warm child cannot undo is what the server already imported: a repo whose
 import roots shadow one of those modules (a top-level ``packaging/``, say) would import
-differently, so such a run goes cold (`ForkServer.serves`).
+differently, so such a run goes cold (`ForkServer.serves`); so does a pytest run whose
+configuration has pytest rewrite the asserts of those modules otherwise (it ends at once,
+`aexec._driver.rewriting.unlike_cold`, and is made again cold: `Session.execute`).
 
 The supervisor sees a `ServedProcess`, an ``anyio.abc.Process``: its pid (the outer
 process, a child of the server), its pipes, and its wait status as the server reaps it.

@@ -24,6 +24,8 @@ finds nothing of the driver's. Its modules, in the order they load:
     view        the filesystem view (a new root)
     template    the fork server's template of a view's read-only part, which runs clone
     seccomp     the candidate's syscall filter (a BPF deny-list)
+    rewriting   what a pytest fork server imported through pytest's rewriting hook, and
+                whether a forked run's configuration would have imported it so
     plugin      the pytest plugin of a pytest run: its hooks' events as report records
     suites      the repo's own test runners (unittest, Django, sympy)
     runners     what a run does: a snippet, a command, a compile check, pytest, steps

@@ -9,17 +9,33 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from . import reporting, wire
+from . import reporting, rewriting, wire
 
 if TYPE_CHECKING:
     from .reporting import Report
 
 
 class Reporter:
-    """A pytest plugin: per-test verdicts from pytest's own hooks, not its terminal text."""
+    """A pytest plugin: per-test verdicts from pytest's own hooks, not its terminal text.
 
-    def __init__(self, report: Report) -> None:
+    In a run a fork server forked, with ``hookimpl`` (pytest's marker), it also ends the
+    run as soon as pytest has read the repo's configuration if the modules the server
+    imported ahead are not as this run's pytest would have imported them
+    (`rewriting.unlike_cold`): a `wire.GoColdRecord` tells the library to run it cold."""
+
+    def __init__(self, report: Report, hookimpl: Any = None) -> None:
         self.report = report
+        if rewriting.PATTERNS and hookimpl is not None:
+
+            def served(early_config: Any) -> Any:
+                # a wrapper: before any plugin's own hook (conftests, Django's set-up)
+                why = rewriting.unlike_cold(early_config)
+                if why is not None:
+                    report.write("go_cold", reason=why)
+                    os._exit(wire.GO_COLD)  # nothing of the run's own has run yet: no exit hooks
+                yield
+
+            self.pytest_load_initial_conftests: Any = hookimpl(hookwrapper=True)(served)
         self.verdicts: dict[str, str] = {}
         #: Tests that raised in a phase whose report a hook rewrote into a pass or skip.
         self.rewritten: dict[str, str] = {}

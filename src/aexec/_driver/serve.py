@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import kernel, runners, startup, template, wire
+from . import kernel, rewriting, runners, startup, template, wire
 
 if TYPE_CHECKING:
     from .wire import Instructions, ServerReady, SpawnRequest
@@ -102,6 +102,7 @@ def preload_pytest(startup_dir: str | None = None) -> str:
         if "_inicfg" not in vars(config) and "inicfg" not in vars(config):
             vars(config).update(_inicfg={}, inicfg={})
         hook = _pytest.assertion.install_importhook(config)
+        before = set(sys.modules)  # a run's own pytest imported these before its hook too
         mark: Any = config._mark_plugins_for_rewrite
         if OLDEST_ALIKE <= _pytest_version() < (8, 4):
             # No ``disable_autoload`` argument yet: the environment alone decides, for
@@ -136,6 +137,9 @@ def preload_pytest(startup_dir: str | None = None) -> str:
     finally:
         if hook is not None and hook in sys.meta_path:
             sys.meta_path.remove(hook)
+        # imported as a default configuration has pytest rewrite them: a run whose
+        # configuration differs checks them (`rewriting.unlike_cold`)
+        rewriting.preloaded(hook, before)
     return how
 
 

@@ -26,6 +26,8 @@ FRAME_CAP = 32
 MESSAGE_CAP = 4096
 #: The exit status of a run whose boundary could not be built; nothing of it ran.
 BOX_FAILED = 125
+#: The exit status of a warm run that ended as soon as it started (`GoColdRecord`).
+GO_COLD = 124
 #: The most of the report file that is read back.
 REPORT_CAP_BYTES = 16 * 1024 * 1024
 
@@ -273,6 +275,15 @@ class StepRecord(TypedDict):
     evidence: str | None
 
 
+class GoColdRecord(TypedDict):
+    """A run forked by a warm server ended once pytest had read the repo's configuration,
+    before it ran anything of the repo's: the modules the server imported ahead are not
+    as this configuration has pytest import them (``reason``). The library runs it cold."""
+
+    kind: Literal["go_cold"]
+    reason: str
+
+
 # Union, not |: the driver may run on an interpreter older than the library's.
 Record = Union[  # noqa: UP007
     ExceptionRecord,
@@ -288,6 +299,7 @@ Record = Union[  # noqa: UP007
     EndRecord,
     StepStartRecord,
     StepRecord,
+    GoColdRecord,
 ]
 
 #: Every record kind, with the fields a record of it must carry and their types.
@@ -312,6 +324,7 @@ RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
         "stderr": (str,),
         "evidence": (str, type(None)),
     },
+    "go_cold": {"reason": (str,)},
 }
 
 

@@ -202,12 +202,15 @@ async def run(session: Session, job: Job, *, patched: bool) -> Done:
             prep = attrs.evolve(prep, invocation=tests, before=before)
         assert prep.invocation is not None
         async with session.slots.slot(prep.invocation.run, job.index):
-            raw = await session.supervisor.execute(prep.invocation)
-        outcome = await in_thread(collect, job, prep, raw)
+            raw = await session.execute(job, prep.invocation)
+        outcome = None if raw is None else await in_thread(collect, job, prep, raw)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(remove_scratch, prep.scratch)
         raise
+    if outcome is None:  # a warm run that could not run as a cold one: run cold, afresh
+        await remove_scratches([prep.scratch])
+        return await run(session, job, patched=patched)
     return Done(outcome, prep.scratch)
 
 

@@ -24,12 +24,13 @@ from .._boundary.forkserver import ForkServer, top_level_names
 from .._boundary.isolation import Isolation
 from .._boundary.patch import PatchError, patch_paths
 from .._boundary.scratch import import_roots
-from .._boundary.supervise import Supervisor
+from .._boundary.supervise import Invocation, Supervisor
 from .._boundary.trees import hash_tree
 from .._environments.build import Built, default_root, ensure, exclude_newer_of
 from .._environments.inplace import InPlace, ensure_inplace, touches_build
 from .._log import get_logger
 from .._options import Options
+from .._raw import RawRun
 from .._records import Candidate, Environment, ExecutionObservation
 from .._stages import grade
 from .._stages.classify import Classification, Runner
@@ -141,6 +142,8 @@ class Session:
         self.toolchains: Inflight[Toolchain] = Inflight()
         #: A fork server is started once per key per call.
         self.server_starts: Inflight[ForkServer | None] = Inflight()
+        #: Repos whose pytest runs go cold for the rest of the call (`execute`).
+        self.cold_repos: set[str | None] = set()
         #: A language's toolchain is probed once per call (and once per change).
         self.lang_toolchains: Inflight[LangToolchain] = Inflight()
         #: A declared environment is looked up (or built) once per call per repo and spec.
@@ -276,8 +279,28 @@ class Session:
     async def server(self, job: Job) -> ForkServer | None:
         """The warm fork server for the job's runs, if one serves them (`Warm.server`)."""
         mode = "pytest" if job.runner == "pytest" else "bare"
+        if mode == "pytest" and job.candidate.repo in self.cold_repos:
+            return None
         autoload = job.candidate.pytest_plugins == "auto"
         return await self.warm.server(job.tool, mode, autoload, self.server_starts)
+
+    async def execute(self, job: Job, invocation: Invocation) -> RawRun | None:
+        """The supervisor's run of ``invocation``; None if its server forked it and it
+        ended at once, to be run cold (`wire.GoColdRecord`: the modules the server
+        imported ahead are not as the repo's pytest configuration has them imported,
+        rewritten or not). The repo's later pytest runs in this call then go cold."""
+        repo = job.candidate.repo
+        if invocation.server is not None and job.runner == "pytest" and repo in self.cold_repos:
+            invocation = attrs.evolve(invocation, server=None)  # prepared before it was known
+        raw = await self.supervisor.execute(invocation)
+        if invocation.server is None:
+            return raw  # a cold run's report (the candidate's scribbles) decides nothing
+        for record in raw.records:
+            if record["kind"] == "go_cold":
+                log.info("forkserver_cold", repo=repo, reason=record["reason"])
+                self.cold_repos.add(repo)
+                return None
+        return raw
 
     async def bytecode(self, repo: str, tool: Toolchain) -> str | None:
         """``repo`` compiled for ``tool`` (`compile_bytecode`), made on first use, with the
