@@ -54,6 +54,19 @@ def _venv(where: Path, *packages: str, interpreter: str = sys.executable) -> str
     return python
 
 
+def plugin_distribution(site: Path, module: str, *files: str) -> None:
+    """A pytest plugin's distribution in ``site`` as an installer lays it out: named after
+    ``module`` (underscores as dashes), version 1.0, its ``pytest11`` entry point that
+    module, and a RECORD of ``files`` (paths in ``site``: what it installed) and its own."""
+    dist = site / f"{module}-1.0.dist-info"
+    dist.mkdir()
+    name = module.replace("_", "-")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[pytest11]\n{name} = {module}\n")
+    own = (f"{dist.name}/{f}" for f in ("METADATA", "entry_points.txt", "RECORD"))
+    (dist / "RECORD").write_text("".join(f"{path},,\n" for path in (*files, *own)))
+
+
 def pip_install(python: str, *packages: str) -> None:
     """``packages`` installed into ``python``'s venv by uv (the one aexec's environments
     use): the same install as pip's, in a second where pip takes ten."""

@@ -23,7 +23,7 @@ import pytest
 from aexec import Candidate, ExecutionObservation, Observer, Options
 
 from .conftest import CountingSupervisor, MakeRepo
-from .test_environments import _venv, plain_pytest, verdicts
+from .test_environments import _venv, plain_pytest, plugin_distribution, verdicts
 from .test_levers import comparable
 from .test_plugin_preload import PYTHONS
 
@@ -96,12 +96,7 @@ def python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     (site / "aexec_rw_plugin.py").write_text(PLUGIN)
     (site / "aexec_rw_helper.py").write_text(HELPER)
     (site / "aexec_rw_lazy.py").write_text(HELPER)
-    dist = site / "aexec_rw_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aexec-rw-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[pytest11]\nrw = aexec_rw_plugin\n")
-    files = ["aexec_rw_plugin.py", *(f"{dist.name}/{f}" for f in ("METADATA", "entry_points.txt", "RECORD"))]
-    (dist / "RECORD").write_text("".join(f"{name},,\n" for name in files))
+    plugin_distribution(site, "aexec_rw_plugin", "aexec_rw_plugin.py")
     return python
 
 

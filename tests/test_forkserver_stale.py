@@ -20,7 +20,7 @@ import pytest
 import aexec
 from aexec import Candidate, ExecutionObservation, Observer, Options
 
-from .test_environments import _venv
+from .test_environments import _venv, plugin_distribution
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -99,15 +99,7 @@ def editable_plugin(tmp_path: Path) -> tuple[str, Path]:
     (src / "aexec_stale_lazy_b.py").write_text("")
     [site] = (tmp_path / "venv" / "lib").glob("python*/site-packages")
     (site / "_aexec_stale_plugin.pth").write_text(f"{src}\n")
-    dist = site / "aexec_stale_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aexec-stale-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[pytest11]\nstale = aexec_stale_plugin\n")
-    files = [
-        "_aexec_stale_plugin.pth",
-        *(f"{dist.name}/{f}" for f in ("METADATA", "entry_points.txt", "RECORD")),
-    ]
-    (dist / "RECORD").write_text("".join(f"{name},,\n" for name in files))
+    plugin_distribution(site, "aexec_stale_plugin", "_aexec_stale_plugin.pth")
     return python, src
 
 

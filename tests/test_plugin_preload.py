@@ -24,7 +24,7 @@ import pytest
 from aexec import Candidate
 
 from .conftest import MakeRepo
-from .test_environments import _venv, plain_pytest, verdicts
+from .test_environments import _venv, plain_pytest, plugin_distribution, verdicts
 from .test_forkserver import both
 from .test_levers import comparable
 from .test_startup_cache import start
@@ -71,15 +71,7 @@ def versioned_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
     python = _venv(where, f"pytest=={version}", "hypothesis", interpreter=PYTHONS[version])
     [site] = (Path(python).parent.parent / "lib").glob("python*/site-packages")
     (site / "aexec_probe_plugin.py").write_text(PLUGIN)
-    dist = site / "aexec_probe_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aexec-probe-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[pytest11]\nprobe = aexec_probe_plugin\n")
-    files = [
-        "aexec_probe_plugin.py",
-        *(f"{dist.name}/{f}" for f in ("METADATA", "entry_points.txt", "RECORD")),
-    ]
-    (dist / "RECORD").write_text("".join(f"{name},,\n" for name in files))
+    plugin_distribution(site, "aexec_probe_plugin", "aexec_probe_plugin.py")
     return python
 
 
