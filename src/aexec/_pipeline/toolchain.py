@@ -57,7 +57,6 @@ _PROBE = (
     " + ('; ' + pt[0].replace('==', ' ') if pt else '; no pytest'),"
     " 'fingerprint': hashlib.sha256('\\n'.join(dists).encode()).hexdigest(),"
     " 'editable': sorted(ed),"
-    " 'editable': sorted(ed),"
     " 'paths': sorted({p for p in [*sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix,"
     " os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)), *ed]"
     " if p and os.path.isdir(p)})}))\n"
