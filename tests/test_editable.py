@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from aexec import Candidate, Observer, Options
-from aexec._environments.build import uv_binary
 
-from .test_environments import _venv
+from .test_environments import _venv, pip_install
 from .test_forkserver_stale import editable_plugin, outcome
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
@@ -44,11 +43,7 @@ def flat_editable(tmp_path: Path) -> str:
         '[project]\nname = "flatpkg"\nversion = "1.0"\n[tool.setuptools]\npackages = ["flatpkg"]\n'
     )
     python = _venv(tmp_path / "venv")
-    subprocess.run(
-        [uv_binary(), "pip", "install", "-q", "--python", python, "-e", str(project)],
-        check=True,
-        capture_output=True,
-    )
+    pip_install(python, "-e", str(project))
     [finder] = (tmp_path / "venv").glob("lib/python*/site-packages/__editable___flatpkg_*_finder.py")
     assert str(project / "flatpkg") in finder.read_text()  # imported through the finder's map
     plain = subprocess.run([python, "-c", CODE], capture_output=True, text=True, check=True, cwd=tmp_path)

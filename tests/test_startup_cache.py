@@ -24,6 +24,7 @@ from aexec._boundary.isolation import detect_isolation
 from aexec._pipeline.warm import Warm
 from aexec._stages.plan import Scratch, candidate_env
 
+from .test_environments import plugin_distribution
 from .test_levers import comparable
 
 
@@ -78,10 +79,7 @@ def test_a_plugin_edited_in_place_is_learnt_again(tmp_path: Path) -> None:
     site.mkdir()
     plugin = site / "aexec_edited_plugin.py"
     plugin.write_text("def pytest_configure(config):\n    import colorsys\n")
-    dist = site / "aexec_edited_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aexec-edited-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[pytest11]\nedited = aexec_edited_plugin\n")
+    plugin_distribution(site, "aexec_edited_plugin", "aexec_edited_plugin.py")
     how, modules = start(tmp_path / "startup", PYTHONPATH=str(site))
     assert how == "computed" and "colorsys" in modules and "sched" not in modules
     assert start(tmp_path / "startup", PYTHONPATH=str(site)) == ("cached", modules)

@@ -74,8 +74,9 @@ def set_attr(fd: int, path: str, recursive: bool, set_: int, propagation: int = 
     )  # fmt: skip
     if rc == 0:
         return True
-    if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # EPERM: seccomp may deny it
-        kernel._call(rc, f"mount_setattr {path}")
+    err = ctypes.get_errno()
+    if err not in (errno.ENOSYS, errno.EPERM):  # EPERM: seccomp may deny it
+        raise kernel.BoxError(f"mount_setattr {path}: {os.strerror(err)}")
     return False
 
 
@@ -125,5 +126,5 @@ def pivot(stage: str, old: str) -> None:
     if SYS_PIVOT_ROOT is None:
         raise kernel.BoxError(f"pivot_root: unknown on {_MACHINE}")
     os.chdir(stage)
-    kernel._call(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", os.fsencode(old[1:])), "pivot_root")
+    syscall(SYS_PIVOT_ROOT, "pivot_root", b".", os.fsencode(old[1:]))
     os.chdir("/")
