@@ -26,7 +26,7 @@ from aexec._environments.build import ensure, find_interpreters
 from aexec._environments.spec import EnvBroken, EnvSpec, pick_interpreter
 from aexec._options import Options
 
-from .conftest import MakeRepo, diff
+from .conftest import MakeRepo, diff, slack
 
 pytestmark = pytest.mark.anyio
 
@@ -126,7 +126,7 @@ def test_a_second_use_is_a_cache_hit(index: object, make_repo: MakeRepo, tmp_pat
     start = time.monotonic()
     again = ensure(spec(), str(repo), str(root))
     warm = time.monotonic() - start
-    assert not first.cached and again.cached and warm < 1.0
+    assert not first.cached and again.cached and warm < slack(1.0)
     assert (again.key, again.lock_hash, again.python) == (first.key, first.lock_hash, first.python)
     assert attempts(root, "venv") == 1
     lock = (Path(first.path) / "aexec-lock.txt").read_text()

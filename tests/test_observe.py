@@ -15,7 +15,7 @@ from aexec import Candidate, Policy, RequestError, observe, observe_many
 from aexec._boundary.isolation import detect_isolation
 from aexec._boundary.trees import hash_tree
 
-from .conftest import CountingSupervisor, RefusingSupervisor, diff, scratch_roots
+from .conftest import CountingSupervisor, RefusingSupervisor, diff, scratch_roots, slack
 
 pytestmark = pytest.mark.anyio
 
@@ -162,7 +162,7 @@ async def test_timeout_is_recorded_with_its_deadline(scratch_tmp: Path) -> None:
     assert obs.timed_out and obs.exit_code is None
     assert obs.failure is not None and obs.failure.failure_class == "timeout"
     assert obs.environment.timeout_s == 1
-    assert obs.duration < 2.5
+    assert obs.duration < 1 + slack(1.5)
     assert scratch_roots(scratch_tmp) == []
 
 
@@ -301,8 +301,10 @@ async def test_signal_deaths_are_seen_and_a_cpu_cap_kill_is_resource() -> None:
     assert segv.signal == "SIGSEGV" and segv.exit_code is None
     assert segv.failure is not None and segv.failure.failure_class == "runtime"
     burn = "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (1, 1))\nwhile True:\n    pass\n"
-    cpu = await observe(Candidate("run_entry", "snippet", code=burn, policy=Policy(timeout_s=10)))
-    assert not cpu.timed_out and cpu.duration < 5
+    # One second of CPU is many seconds of wall on a loaded machine: the deadline is far
+    # enough that only the CPU cap can end the run.
+    cpu = await observe(Candidate("run_entry", "snippet", code=burn, policy=Policy(timeout_s=60)))
+    assert not cpu.timed_out
     assert cpu.failure is not None and cpu.failure.failure_class == "resource"
 
 
@@ -310,13 +312,13 @@ async def test_signal_deaths_are_seen_and_a_cpu_cap_kill_is_resource() -> None:
 @BOTH
 async def test_sleeping_runs_do_not_hold_the_cores_busy_work_could_use() -> None:
     cores = os.cpu_count() or 1
-    sleep = "import time\nprint(time.time())\ntime.sleep(6)\n"
+    sleep = "import time\nprint(time.time())\ntime.sleep(6)\nprint(time.time())\n"
     busy = "import time\nprint(time.time())\n"
     got = await observe_many(
         [Candidate("run_entry", "snippet", code=sleep + f"# {i}") for i in range(cores)]
         + [Candidate("run_entry", "snippet", code=busy)]
     )
-    sleepers_started = max(float(o.stdout) for o in got[:cores])
-    # With one slot per core held for the whole sleep, the last run would start >= 6 s
-    # after the sleepers; it starts while they sleep instead.
-    assert float(got[-1].stdout) < sleepers_started + 5
+    first_woke = min(float(o.stdout.split()[1]) for o in got[:cores])
+    # With one slot per core held for the whole sleep, the last run would start only once
+    # a sleeper ended; it starts while they all sleep instead (however loaded the machine).
+    assert float(got[-1].stdout) < first_woke

@@ -279,6 +279,35 @@ def test_no_module_is_over_400_lines() -> None:
         assert lines <= 400, f"{name} has {lines} lines"
 
 
+#: Where an ``AEXEC_*`` variable may be read: `Options.from_env`, and the command line
+#: (the Ray node cache it hands `RayExecutor`). The driver runs in its own process, so
+#: its ablation switch comes through that process's environment.
+ENV_READERS = {"_options", "_cli"}
+
+
+def _reads_aexec_variable(node: ast.AST) -> bool:
+    """``os.environ.get("AEXEC_…")``, ``os.getenv("AEXEC_…")``, ``os.environ["AEXEC_…"]``."""
+
+    def aexec_name(arg: ast.AST | None) -> bool:
+        return isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("AEXEC_")
+
+    if isinstance(node, ast.Subscript):
+        return "environ" in ast.unparse(node.value) and aexec_name(node.slice)
+    if isinstance(node, ast.Call) and node.args:
+        callee = ast.unparse(node.func)
+        return callee.endswith(("environ.get", "getenv")) and aexec_name(node.args[0])
+    return False
+
+
+def test_only_options_reads_aexecs_variables() -> None:
+    """Issue 39: configuration is passed in; deep inside, nothing reads ``AEXEC_*``."""
+    for name, path in _modules().items():
+        if name in ENV_READERS or _is_driver(name):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            assert not _reads_aexec_variable(node), f"{name} line {node.lineno}: reads {ast.unparse(node)}"  # type: ignore[attr-defined]
+
+
 #: The modules that hash content (a tree, /etc, a compiled repo, a cache entry's value,
 #: a repository archive) and, in ``_stages/keys.py``, every key aexec makes.
 HASHERS = {

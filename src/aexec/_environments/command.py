@@ -53,11 +53,13 @@ def targets(path: str, specs: str | None) -> list[tuple[str, EnvSpec]]:
 
 
 def _root(args: Any) -> str:
-    """As ``aexec observe`` finds it: ``--env-dir``, ``$AEXEC_ENV_DIR``, ``<cache dir>/envs``."""
+    """As ``aexec observe`` finds it: ``--env-dir``, ``$AEXEC_ENV_DIR`` (read by
+    `Options.from_env`, the one reader of aexec's variables), ``<cache dir>/envs``."""
     from .._jsonl import default_cache_dir
+    from .._options import Options
 
-    cache = args.cache_dir or default_cache_dir()
-    return os.path.abspath(args.env_dir or os.environ.get("AEXEC_ENV_DIR") or default_root(cache))
+    options = Options.from_env(cache_dir=args.cache_dir or default_cache_dir())
+    return os.path.abspath(args.env_dir or options.env_dir or default_root(options.cache_dir))
 
 
 def build_main(args: Any) -> int:
