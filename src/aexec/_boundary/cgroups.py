@@ -32,7 +32,7 @@ _CPU_PERIOD_US = 100_000
 MEMORY_POLL_S = 0.1
 #: A run holding this close to its memory cap (or an eighth of a small cap) is at it:
 #: past this, the kernel reclaims the file pages the run executes from and stalls it.
-NEAR_CAP_BYTES = 16 << 20
+NEAR_CAP_BYTES = 32 << 20
 
 
 def at_cap(memory_bytes: int) -> int:
@@ -96,8 +96,9 @@ class Cgroups:
                 " scratch tmpfs files included, as Docker's --memory with --tmpfs); the supervisor"
                 f" reads the cgroup every {MEMORY_POLL_S:g} s and kills the tree (cgroup.kill, or"
                 " each of cgroup.procs on v1) once what it holds besides reclaimable file cache"
-                f" is within {NEAR_CAP_BYTES >> 20} MiB of the cap, before the kernel stalls it in"
-                " reclaim; that kill or the kernel's OOM kill is resource; no RLIMIT_AS"
+                f" is within {NEAR_CAP_BYTES >> 20} MiB of the cap (an eighth of a cap under"
+                f" {NEAR_CAP_BYTES >> 17} MiB), before the kernel stalls it in reclaim, or once the"
+                " kernel's OOM killer has taken any process of it; either is resource; no RLIMIT_AS"
             )
         if "pids" in have:
             out["processes"] = "pids cgroup"
