@@ -139,7 +139,7 @@ def test_ab_ablation_verdicts_follow_the_mechanical_rule(
     # no tamper check: the edited oracle is a pass again
     assert abl["anti-gaming"]["deltas"]["verdict_accuracy"] == pytest.approx(-1 / 11)
     assert abl["anti-gaming"]["verdict"] == "KEEP"
-    # no RAM cap: the 1200 MiB allocation (over RAM + disk, the cgroup cap) succeeds,
+    # no RAM cap: the 1200 MiB allocation (over the RAM cap, the cgroup's) succeeds,
     # an empty success instead of `resource`
     assert abl["isolation"]["deltas"]["verdict_accuracy"] == pytest.approx(-1 / 11)
     assert abl["isolation"]["verdict"] == "KEEP"

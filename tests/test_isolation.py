@@ -353,7 +353,9 @@ async def test_writing_eight_gigabytes_is_stopped_as_resource(tmp_path: Path) ->
         "            f.write(chunk)\n"
     )
     free_before = os.statvfs("/tmp").f_bavail
-    obs = await observe(snippet(code))
+    # The scratch's files are memory too: a RAM cap above the disk cap lets the disk cap
+    # be the one that stops the writes.
+    obs = await observe(snippet(code, ram_mib=1024))
     assert obs.failure is not None and obs.failure.failure_class == "resource", obs.failure
     assert "No space left" in obs.failure.message or "too large" in obs.failure.message
     written = int(obs.changed_state.rsplit("(", 1)[1].split()[0])
@@ -387,7 +389,7 @@ async def test_cpu_is_capped_at_the_declared_core(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("code", "word"),
     [
-        # the memory cgroup (RAM + disk caps: 1 GiB) kills it; no RLIMIT_AS to raise MemoryError
+        # the memory cgroup (the RAM cap: 512 MiB) kills it; no RLIMIT_AS to raise MemoryError
         ("x = bytearray(2 << 30)\n", "memory cap (cgroup OOM)"),
         ("fs = [open('/dev/null') for _ in range(5000)]\n", "Too many open files"),
         (

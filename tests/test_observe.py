@@ -144,8 +144,7 @@ async def test_snippet_failure_classes(code: str, klass: str) -> None:
 
 async def test_memory_cap_is_the_declared_one() -> None:
     # 800 MiB fits under a 1 GiB cap but not under 128 MiB: as an address space (no
-    # memory cgroup) or as the tree's memory cgroup, which holds RAM + disk caps (its
-    # tmpfs files count), 1.5 GiB against 640 MiB.
+    # memory cgroup) or as the tree's memory cgroup (its tmpfs files count).
     code = "b = bytearray(800 << 20)\nprint('ok')"
     roomy = await observe(Candidate("run_entry", "snippet", code=code, policy=Policy(ram_mib=1024)))
     tight = await observe(Candidate("run_entry", "snippet", code=code, policy=Policy(ram_mib=128)))

@@ -1,11 +1,14 @@
 """Run cgroups: one per run, under aexec's own, on cgroup v1 and v2 alike.
 
 A run's cgroups hold it to a CPU quota (``cpu_cap_cores``), a memory cap for the whole
-tree (scratch tmpfs included; where it holds, it is the run's only memory cap: no
-RLIMIT_AS, which would count every thread's stack reservation as used), and a process cap; ``cgroup.kill`` (v2) kills everything
-in them at once, and on a v1-only machine the processes listed in them are killed one
-by one. ``cpu.stat`` and ``cpu.pressure`` tell `Admission` whether a run is busy, and
-``memory.events`` (v2) or ``memory.oom_control`` (v1) whether the memory cap was hit.
+tree at the declared RAM cap, its scratch tmpfs's files included (as Docker's
+``--memory`` with ``--tmpfs``; where it holds, it is the run's only memory cap: no
+RLIMIT_AS, which would count every thread's stack reservation as used), and a process
+cap; ``cgroup.kill`` (v2) kills everything in them at once, and on a v1-only machine the
+processes listed in them are killed one by one. ``cpu.stat`` and ``cpu.pressure`` tell
+`Admission` whether a run is busy; `Cgroups.memory_held` tells the supervisor when a run
+is at its memory cap (it kills it then, before the kernel stalls it in reclaim), and
+``memory.events`` (v2) or ``memory.oom_control`` (v1) whether the kernel's OOM killer ran.
 
 Run cgroups are named ``aexec-<supervisor pid>-<run>``: those of a dead supervisor are
 swept by ``aexec._boundary.leftovers``.
@@ -25,6 +28,18 @@ from .._log import get_logger
 log = get_logger(__name__)
 
 _CPU_PERIOD_US = 100_000
+#: How often the supervisor reads a run's memory use (`Cgroups.memory_held`).
+MEMORY_POLL_S = 0.1
+#: A run holding this close to its memory cap (or an eighth of a small cap) is at it:
+#: past this, the kernel reclaims the file pages the run executes from and stalls it.
+NEAR_CAP_BYTES = 32 << 20
+
+
+def at_cap(memory_bytes: int) -> int:
+    """What a run with this memory cap holds when it is at its cap (`NEAR_CAP_BYTES`)."""
+    return memory_bytes - min(NEAR_CAP_BYTES, memory_bytes // 8)
+
+
 #: Run cgroups are named ``aexec-<supervisor pid>-<run>``: a dead supervisor's are stale.
 CGROUP_PREFIX = "aexec-"
 
@@ -77,8 +92,13 @@ class Cgroups:
             out["cpu"] = "cgroup CPU quota of cpu_cap_cores (RLIMIT_CPU as a backstop)"
         if self.memory:
             out["ram"] = (
-                "memory cgroup: the whole tree (every process and thread, scratch files included)"
-                " within ram + disk caps; an OOM kill is resource; no RLIMIT_AS"
+                "memory cgroup at ram_cap_mib: the whole tree (every process and thread, its"
+                " scratch tmpfs files included, as Docker's --memory with --tmpfs); the supervisor"
+                f" reads the cgroup every {MEMORY_POLL_S:g} s and kills the tree (cgroup.kill, or"
+                " each of cgroup.procs on v1) once what it holds besides reclaimable file cache"
+                f" is within {NEAR_CAP_BYTES >> 20} MiB of the cap (an eighth of a cap under"
+                f" {NEAR_CAP_BYTES >> 17} MiB), before the kernel stalls it in reclaim, or once the"
+                " kernel's OOM killer has taken any process of it; either is resource; no RLIMIT_AS"
             )
         if "pids" in have:
             out["processes"] = "pids cgroup"
@@ -175,6 +195,45 @@ class Cgroups:
                 if key in ("oom", "oom_kill") and value.strip() not in ("", "0"):
                     return True
         return False
+
+    def memory_held(self, run: str, floor: int) -> int | None:
+        """What the run's tree holds (bytes) if it may be ``floor`` or more, else None.
+
+        Held is the memory cgroup's usage less its file cache (``active_file`` and
+        ``inactive_file``, which reclaim drops; tmpfs pages are not on those lists):
+        anonymous memory, tmpfs files, kernel memory. The usage alone is read first, and
+        ``memory.stat`` only when that is ``floor`` or more.
+        """
+        name = os.path.basename(self.dirs(run)[0])
+        if "memory" in self.v1:
+            d, usage_file, prefix = os.path.join(self.v1["memory"], name), "memory.usage_in_bytes", "total_"
+        elif self.v2 is not None and "memory" in self.v2_controllers:
+            d, usage_file, prefix = os.path.join(self.v2, name), "memory.current", ""
+        else:
+            return None
+        try:
+            usage = int(_read(os.path.join(d, usage_file)))
+            if usage < floor:
+                return None
+            stat = dict(line.split() for line in _read(os.path.join(d, "memory.stat")).splitlines())
+            return usage - int(stat[f"{prefix}active_file"]) - int(stat[f"{prefix}inactive_file"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def memory_peak(self, run: str) -> int | None:
+        """The most the run's memory cgroup has held (bytes): v1 ``memory.max_usage_in_bytes``,
+        v2 ``memory.peak`` (Linux 5.19+)."""
+        name = os.path.basename(self.dirs(run)[0])
+        if "memory" in self.v1:
+            path = os.path.join(self.v1["memory"], name, "memory.max_usage_in_bytes")
+        elif self.v2 is not None and "memory" in self.v2_controllers:
+            path = os.path.join(self.v2, name, "memory.peak")
+        else:
+            return None
+        try:
+            return int(_read(path))
+        except (OSError, ValueError):
+            return None
 
     def remove(self, run: str) -> None:
         remove_cgroups(self.dirs(run))

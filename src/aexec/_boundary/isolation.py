@@ -92,6 +92,8 @@ class Isolation:
             }
         if self.cgroups is not None:
             out |= self.cgroups.describe()
+            if self.namespaces and self.cgroups.memory:
+                out["disk"] += "; its files are memory: they count against ram_cap_mib too"
             out["process_tree"] += " + cgroup.kill" if self.cgroups.v2 else " + cgroup sweep"
         return out
 

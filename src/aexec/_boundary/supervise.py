@@ -28,7 +28,7 @@ from .._driver.wire import REPORT_CAP_BYTES, Record, decode_report
 from .._log import get_logger
 from .._raw import RawRun
 from .._types import STREAM_CAP_BYTES, TRUNCATION_MARKER
-from .cgroups import Caps
+from .cgroups import MEMORY_POLL_S, Caps, at_cap
 from .forkserver import ForkServer, ServedProcess, ServerGone
 from .isolation import Isolation
 
@@ -179,7 +179,7 @@ async def execute(inv: Invocation) -> RawRun:
         cgroups.create(inv.run, inv.caps)
     try:
         raw = await _execute(inv, isolation)
-        if cgroups is not None and cgroups.oom_killed(inv.run):
+        if cgroups is not None and not raw.oom_killed and cgroups.oom_killed(inv.run):
             raw = attrs.evolve(raw, oom_killed=True)
         return raw
     finally:
@@ -209,6 +209,35 @@ async def _spawn(inv: Invocation) -> anyio.abc.Process:
     )
 
 
+class _MemoryWatch:
+    """Kills the run once its tree is at its memory cap (`Cgroups.memory_held`), or once
+    the kernel's OOM killer has killed any process of it, read every `MEMORY_POLL_S`.
+    Without swap the kernel can stall a tree at its cap in reclaim for seconds before its
+    OOM killer runs, and the OOM killer kills one process, not the run: a parent left
+    waiting for a killed worker (``multiprocessing.Pool``) would wait to its deadline."""
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.killed_usage: tuple[float | None, int | None] | None = None
+
+    async def watch(self, proc: anyio.abc.Process, inv: Invocation, isolation: Isolation) -> None:
+        cgroups, caps = isolation.cgroups, inv.caps
+        if cgroups is None or caps is None or not cgroups.memory:
+            return
+        floor = at_cap(caps.memory_bytes)
+        with self.scope:
+            while True:
+                await anyio.sleep(MEMORY_POLL_S)
+                held = cgroups.memory_held(inv.run, floor)
+                if (held is not None and held >= floor) or cgroups.oom_killed(inv.run):
+                    log.info("memory_cap_kill", run=inv.run, held_mib=None if held is None else held >> 20)
+                    cpu, peak = _tree_usage(proc.pid)
+                    tree_peak = cgroups.memory_peak(inv.run)  # a process the OOM killer took counts
+                    self.killed_usage = cpu, max(peak or 0, (tree_peak or 0) >> 20) or None
+                    _kill_tree(proc, inv, isolation)
+                    return
+
+
 async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     start = anyio.current_time()
     proc = await _spawn(inv)
@@ -216,17 +245,21 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     exited = anyio.Event()
     timed_out = False
     killed_usage: tuple[float | None, int | None] = (None, None)
+    memory = _MemoryWatch()
     try:
         async with anyio.create_task_group() as tg:
             assert proc.stdout is not None and proc.stderr is not None
             tg.start_soon(out.drain, proc.stdout, exited)
             tg.start_soon(err.drain, proc.stderr, exited)
+            tg.start_soon(memory.watch, proc, inv, isolation)
             with anyio.move_on_after(inv.timeout_s) as deadline:
                 await proc.wait()
+            memory.scope.cancel()
             if deadline.cancelled_caught:
-                timed_out = True
-                killed_usage = _tree_usage(proc.pid)
-                _kill_tree(proc, inv, isolation)
+                if memory.killed_usage is None:  # else killed at its memory cap already
+                    timed_out = True
+                    killed_usage = _tree_usage(proc.pid)
+                    _kill_tree(proc, inv, isolation)
                 with anyio.move_on_after(KILL_WAIT_S) as stuck:
                     await proc.wait()
                 if stuck.cancelled_caught:
@@ -253,12 +286,12 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     rc = proc.returncode
     exit_code = rc if rc is not None and rc >= 0 else None
     sig = -rc if rc is not None and rc < 0 else None
-    cpu_s, peak = killed_usage
+    cpu_s, peak = memory.killed_usage or killed_usage
     for r in records:
         if r["kind"] == "usage":
             cpu_s = float(r["cpu_s"])
             peak = r["maxrss_kib"] // 1024
-    if timed_out:
+    if timed_out or memory.killed_usage is not None:
         exit_code, sig = None, signal.SIGKILL  # what the supervisor sent
     return RawRun(
         exit_code=exit_code,
@@ -271,6 +304,7 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
         bad_records=bad,
         cpu_s=cpu_s,
         peak_ram_mib=peak,
+        oom_killed=memory.killed_usage is not None,
     )
 
 

@@ -77,7 +77,8 @@ class Limits:
     file_size_bytes: int
     open_files: int
     processes: int
-    #: The run cgroup's memory cap: the tree's RAM plus what it may write to its tmpfs.
+    #: The run cgroup's memory cap: the RAM cap, for the whole tree, its tmpfs files
+    #: included (as Docker's ``--memory`` with ``--tmpfs``).
     tree_memory_bytes: int
     disk_bytes: int
 
@@ -96,6 +97,6 @@ def limits(env: Environment) -> Limits:
         file_size_bytes=min(FILE_SIZE_CAP_BYTES, env.disk_cap_mib << 20),
         open_files=env.open_files_cap,
         processes=env.pids_cap,
-        tree_memory_bytes=(env.ram_cap_mib + env.disk_cap_mib) << 20,
+        tree_memory_bytes=env.ram_cap_mib << 20,
         disk_bytes=env.disk_cap_mib << 20,
     )
