@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._api import VERSION as __version__
-from ._api import aclose, observe, observe_many, observer
+from ._api import Workspace, aclose, observe, observe_many, observer, session
 from ._boundary.supervise import Invocation, LocalSupervisor, Supervisor
 from ._errors import AexecError, ProbeCallError, RequestError
 from ._options import Options
@@ -105,6 +105,7 @@ __all__ = [
     "ScriptedProber",
     "Supervisor",
     "TestResult",
+    "Workspace",
     "__version__",
     "aclose",
     "candidate_from_json",
@@ -116,6 +117,7 @@ __all__ = [
     "observer",
     "prober_from_env",
     "prober_from_options",
+    "session",
     "structure",
     "unstructure",
 ]
