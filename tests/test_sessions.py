@@ -4,7 +4,6 @@ whole boundary, real processes on both anyio backends."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import anyio
@@ -94,6 +93,24 @@ async def test_a_command_past_its_timeout_is_killed(scratch_tmp: Path) -> None:
         assert (await s.exec(["true"])).exit_code == 0  # the workspace goes on
 
 
+async def test_a_cancelled_command_leaves_nothing_running(scratch_tmp: Path) -> None:
+    async with aexec.session() as s:
+        uid = int((await s.exec(["id", "-u"])).stdout)
+        with anyio.move_on_after(3) as scope:
+            await s.exec(["sh", "-c", "sleep 300 & sleep 300"])
+        assert scope.cancelled_caught
+        assert _uids_alive(uid) == []
+        assert (await s.exec(["true"])).exit_code == 0
+
+
+async def test_each_command_is_held_to_the_policy_caps(scratch_tmp: Path) -> None:
+    # The memory cgroup holds RAM and the workspace's tmpfs together: 64 MiB + the 512 MiB disk cap.
+    async with aexec.session(policy=Policy(ram_mib=64)) as s:
+        obs = await s.exec(["python3", "-c", "b = bytearray(1200 << 20); print('allocated')"])
+        assert obs.exit_code != 0 and "allocated" not in obs.stdout
+        assert (await s.exec(["python3", "-c", "b = bytearray(8 << 20); print('ok')"])).stdout == "ok\n"
+
+
 async def test_a_write_or_read_outside_the_workspace_is_refused(scratch_tmp: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -156,5 +173,5 @@ async def test_grade_sees_through_a_tampered_workspace_and_passes_an_honest_one(
         graded = await s.grade(fail_to_pass=F2P, pass_to_pass=P2P)
         assert graded.verdict == "pass" and graded.resolved, (graded.verdict, graded.failure)
     # The patch applies to the repo as `git apply` reads it; the repo itself is untouched.
-    subprocess.run(["git", "apply", "--check", "-p1", "-"], input=patch.encode(), cwd=shop, check=True)
+    await anyio.run_process(["git", "apply", "--check", "-p1", "-"], input=patch.encode(), cwd=shop)
     assert "subtotal - discount" in (shop / "shop/cart.py").read_text()

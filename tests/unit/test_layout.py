@@ -128,6 +128,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_serve.app",
             "_serve.server",
             "_environments.command",
+            "_inspect",
             "testing",
         ],
     ),
