@@ -60,6 +60,13 @@ async def test_commands_build_a_file_run_it_and_see_their_earlier_writes(scratch
         assert (
             change.change == "modified" and change.diff is None
         )  # its earlier text is the session's, not the repo's
+        await s.write_file(
+            "test_env.py", "import os\n\ndef test_env():\n    assert os.environ['GREETING'] == 'hi'\n"
+        )
+        tests = await s.exec(
+            ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_env.py"], env={"GREETING": "hi"}
+        )
+        assert tests.exit_code == 0 and "1 passed" in tests.stdout, tests.stdout
         failed = await s.exec(["sh", "-c", "echo oops >&2; exit 3"])
         assert failed.exit_code == 3 and "oops" in failed.stderr
     assert scratch_roots(scratch_tmp) == []

@@ -143,7 +143,10 @@ class Workspace:
             environment=self.environment,
             policy=policy,
         )
-        return await self._session.job(self.commands, validate(candidate))
+        # Run as written, as a plain command: a `python -m pytest` too (not aexec's own
+        # pytest run, which would add its options and leave out the command's `env`).
+        checked = attrs.evolve(validate(candidate), runner="command")
+        return await self._session.job(self.commands, checked)
 
     async def exec(
         self,
