@@ -35,6 +35,7 @@ from ._serde import candidate as candidate_from_json
 from ._serde import dumps, structure, unstructure
 
 if TYPE_CHECKING:
+    from ._code_eval import code_eval, code_eval_async
     from ._discrimination.discriminate import BehaviourGroup, Discrimination, ProbeStep, discriminate
     from ._discrimination.probe import (
         OpenAIProber,
@@ -60,6 +61,8 @@ _LAZY = {
     "prober_from_options": "._discrimination.probe",
     "RayExecutor": "._scaleout.ray",
     "observe_many_ray": "._scaleout.ray",
+    "code_eval": "._code_eval",
+    "code_eval_async": "._code_eval",
 }
 
 
@@ -109,6 +112,8 @@ __all__ = [
     "__version__",
     "aclose",
     "candidate_from_json",
+    "code_eval",
+    "code_eval_async",
     "discriminate",
     "dumps",
     "observe",

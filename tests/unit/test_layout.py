@@ -129,6 +129,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_serve.server",
             "_environments.command",
             "_inspect",
+            "_code_eval",
             "testing",
         ],
     ),
