@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._api import VERSION as __version__
-from ._api import aclose, observe, observe_many, observer
+from ._api import Workspace, aclose, observe, observe_many, observer, session
 from ._boundary.supervise import Invocation, LocalSupervisor, Supervisor
 from ._errors import AexecError, ProbeCallError, RequestError
 from ._options import Options
@@ -35,6 +35,7 @@ from ._serde import candidate as candidate_from_json
 from ._serde import dumps, structure, unstructure
 
 if TYPE_CHECKING:
+    from ._code_eval import code_eval, code_eval_async
     from ._discrimination.discriminate import BehaviourGroup, Discrimination, ProbeStep, discriminate
     from ._discrimination.probe import (
         OpenAIProber,
@@ -60,6 +61,8 @@ _LAZY = {
     "prober_from_options": "._discrimination.probe",
     "RayExecutor": "._scaleout.ray",
     "observe_many_ray": "._scaleout.ray",
+    "code_eval": "._code_eval",
+    "code_eval_async": "._code_eval",
 }
 
 
@@ -105,9 +108,12 @@ __all__ = [
     "ScriptedProber",
     "Supervisor",
     "TestResult",
+    "Workspace",
     "__version__",
     "aclose",
     "candidate_from_json",
+    "code_eval",
+    "code_eval_async",
     "discriminate",
     "dumps",
     "observe",
@@ -116,6 +122,7 @@ __all__ = [
     "observer",
     "prober_from_env",
     "prober_from_options",
+    "session",
     "structure",
     "unstructure",
 ]

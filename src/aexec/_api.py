@@ -14,13 +14,25 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from ._boundary.supervise import Supervisor
+from ._environments.spec import EnvSpec
 from ._options import Options
 from ._pipeline.observer import Executor, Observer
 from ._pipeline.request import validate
-from ._records import Candidate, ExecutionObservation
+from ._pipeline.workspace import Workspace
+from ._records import Candidate, ExecutionObservation, Policy
 from ._version import VERSION
 
-__all__ = ["VERSION", "Executor", "aclose", "observe", "observe_many", "observer", "validate"]
+__all__ = [
+    "VERSION",
+    "Executor",
+    "Workspace",
+    "aclose",
+    "observe",
+    "observe_many",
+    "observer",
+    "session",
+    "validate",
+]
 
 
 def observer(options: Options | None = None, *, supervisor: Supervisor | None = None) -> Observer:
@@ -41,6 +53,47 @@ async def aclose() -> None:
     _shared.clear()
     for o in closing:
         await o.aclose()
+
+
+def _shared_observer(options: Options | None) -> Observer:
+    opts = options if options is not None else Options()
+    # What an observer keeps between calls depends on these options only.
+    kept = attrs.evolve(opts, limit=None, cache_dir=None, ablate=frozenset())
+    return _shared.get(kept) or _shared.setdefault(kept, Observer(kept))
+
+
+def session(
+    *,
+    repo: str | None = None,
+    python: str | None = None,
+    environment: EnvSpec | None = None,
+    policy: Policy | None = None,
+    options: Options | None = None,
+    observer: Observer | None = None,
+    stream_cap: int | None = None,
+) -> Workspace:
+    """A workspace an agent works in: ``async with aexec.session(repo=...) as s:``.
+
+    The workspace is a scratch copy of ``repo`` (empty without one) that lives until the
+    block ends. ``await s.exec(argv)`` runs one command in it under the whole boundary
+    and returns its observation; ``s.write_file``, ``s.read_file`` stay inside it;
+    ``s.diff()`` is its patch against ``repo``; ``s.grade(fail_to_pass=...,
+    pass_to_pass=..., test_patch=...)`` observes that patch in a fresh copy, with every
+    guard. ``python`` or ``environment`` (`EnvSpec`) choose the interpreter, ``policy``
+    each command's caps (``exec(timeout=...)`` overrides its timeout), ``stream_cap``
+    the bytes kept of each output stream. See ``docs/sessions.md``.
+
+    **Cancellation:** a cancelled ``exec`` kills its command's tree; leaving the block
+    removes the workspace, shielded.
+    """
+    return Workspace(
+        observer if observer is not None else _shared_observer(options),
+        repo=repo,
+        python=python,
+        environment=environment,
+        policy=policy,
+        stream_cap=stream_cap,
+    )
 
 
 async def observe(
@@ -107,9 +160,7 @@ async def observe_many(
             if supervisor is not None:
                 observer = await own.enter_async_context(Observer(opts, supervisor=supervisor))
             else:
-                # What an observer keeps between calls depends on these options only.
-                kept = attrs.evolve(opts, limit=None, cache_dir=None, ablate=frozenset())
-                observer = _shared.get(kept) or _shared.setdefault(kept, Observer(kept))
+                observer = _shared_observer(opts)
         return await observer.observe_many(
             candidates,
             limit=limit,

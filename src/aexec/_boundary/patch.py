@@ -68,3 +68,51 @@ def apply_patch(scratch: Scratch, patch: str) -> None:
     )
     if done.returncode != 0:
         raise PatchError(done.stderr.decode(errors="replace").strip() or "git apply failed")
+
+
+# -- a workspace's patch against its base (``aexec._pipeline.workspace``) -------------------
+
+#: Never part of a workspace's patch: what a view leaves out of the copy (`copy_ignore`).
+_EXCLUDE = "__pycache__/\n*.pyc\n.pytest_cache/\n.mypy_cache/\n.ruff_cache/\n.tox/\n.hg/\n.svn/\n"
+
+
+def _git(git_dir: str, work_tree: str, index: str, *args: str) -> str:
+    env = {**_git_env(), "GIT_DIR": git_dir, "GIT_WORK_TREE": work_tree, "GIT_INDEX_FILE": index}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, HOME=git_dir)
+    done = subprocess.run(["git", *args], capture_output=True, cwd=work_tree, env=env, check=False)
+    if done.returncode != 0:
+        raise PatchError(done.stderr.decode(errors="replace").strip() or f"git {args[0]} failed")
+    return done.stdout.decode("utf-8", "surrogateescape")
+
+
+def base_tree(git_dir: str, repo: str) -> str:
+    """Record ``repo`` as it is (what a view copies of it) in a fresh object store at
+    ``git_dir``; the tree's id. The repo is only read."""
+    subprocess.run(["git", "init", "-q", "--bare", git_dir], check=True, env=_git_env(), capture_output=True)
+    with open(os.path.join(git_dir, "info", "exclude"), "w", encoding="utf-8") as f:
+        f.write(_EXCLUDE)
+    index = os.path.join(git_dir, "base.index")
+    _git(git_dir, repo, index, "add", "-A", ".")
+    return _git(git_dir, repo, index, "write-tree").strip()
+
+
+def diff_against(git_dir: str, tree: str, work: str) -> str:
+    """The patch that turns ``tree`` (`base_tree`) into ``work``, as ``git apply -p1``
+    reads it (binary files included); ``""`` when nothing differs. Links are recorded
+    as links, never followed; FIFOs and sockets are skipped."""
+    index = os.path.join(git_dir, "work.index")
+    if os.path.exists(index):
+        os.unlink(index)
+    _git(git_dir, work, index, "add", "-A", ".")
+    return _git(
+        git_dir,
+        work,
+        index,
+        "diff",
+        "--cached",
+        "--binary",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        tree,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import configparser
 import difflib
+import errno
 import hashlib
 import os
 import stat
@@ -353,3 +354,33 @@ def read_inside(root: str, rel: str, limit: int) -> bytes | None:
             return None
         data = f.read(limit + 1)
     return None if len(data) > limit else data
+
+
+def read_inside_strict(root: str, rel: str, limit: int) -> bytes:
+    """`read_inside`, with the reason it cannot: FileNotFoundError, IsADirectoryError,
+    PermissionError (a link or a special file on the way), ValueError (over ``limit``)."""
+    *dirs, name = rel.split("/")
+    try:
+        dfd = _open_dir(root, dirs, make=False)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        raise PermissionError(f"{rel!r}: a link or a file on the way") from None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PermissionError(f"{rel!r} is a link") from None
+        raise type(e)(e.errno, e.strerror, rel) from None
+    finally:
+        os.close(dfd)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", rel)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(f"{rel!r} is not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{rel!r} is over {limit} bytes")
+    return data

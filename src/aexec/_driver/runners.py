@@ -104,6 +104,7 @@ def run_command(spec: Instructions, report: Report) -> int:
     try:
         # The repo's import roots, as a snippet or pytest run gets them on sys.path.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(spec["sys_path"]))
+        env.update(spec.get("command_env") or {})
         proc = subprocess.Popen(spec["argv"], cwd=spec["cwd"], env=env)
     except OSError as e:
         report.write("exception", phase="spawn", **reporting.describe(e))

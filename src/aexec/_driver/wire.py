@@ -110,6 +110,8 @@ class Instructions(TypedDict):
     steps: list[StepSpec]
     #: The candidate's standard input (the request's ``stdin``), else None: /dev/null.
     stdin_file: str | None
+    #: What a workspace's command adds to its environment (never the driver's own).
+    command_env: dict[str, str]
 
 
 class BytecodeJob(TypedDict):

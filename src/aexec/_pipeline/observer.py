@@ -106,6 +106,24 @@ class Observer:
             self._isolation = found
         return self._isolation
 
+    async def session(self, opts: Options, selected: dict[str, tuple[str, ...] | None]) -> Session:
+        """A `Session` for one call under ``opts`` (its admission: ``opts.limit`` runs at
+        once, default 4 per core), on this observer's isolation and warm state."""
+        cores = os.cpu_count() or 1
+        slots = opts.limit if opts.limit is not None else WAITING_RUNS_PER_CORE * cores
+        scratch_base = opts.scratch_dir or tempfile.gettempdir()
+        isolation = await self.isolation(scratch_base)
+        return Session(
+            self.warm,
+            opts,
+            scratch_base,
+            isolation,
+            self.supervisor,
+            limit=slots,
+            cpu_slots=cores,
+            selections=selected,
+        )
+
     async def observe_many(
         self,
         candidates: Iterable[Candidate],
@@ -137,20 +155,10 @@ class Observer:
             )
         # Each entry is let go (set to None) once it is taken.
         items: list[Checked | None] = list(validate_all(candidates))
-        cores = os.cpu_count() or 1
-        slots = opts.limit if opts.limit is not None else WAITING_RUNS_PER_CORE * cores
-        scratch_base = opts.scratch_dir or tempfile.gettempdir()
-        isolation = await self.isolation(scratch_base)
-        session = Session(
-            self.warm,
-            opts,
-            scratch_base,
-            isolation,
-            self.supervisor,
-            limit=slots,
-            cpu_slots=cores,
-            selections=selections(c.candidate for c in items if c is not None and c.runner == "pytest"),
+        session = await self.session(
+            opts, selections(c.candidate for c in items if c is not None and c.runner == "pytest")
         )
+        slots = session.slots.limit
         results: list[ExecutionObservation | None] = [None] * len(items)
         send, receive = anyio.create_memory_object_stream[int](max_buffer_size=len(items) or 1)
         for i in range(len(items)):

@@ -16,7 +16,6 @@ it once the observation is delivered. Only a failure removes it here.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -27,12 +26,9 @@ import attrs
 
 from .. import _languages as langs
 from .. import _runners as runners
-from .._boundary import DRIVER
-from .._boundary.cgroups import Caps
 from .._boundary.forkserver import ForkServer
 from .._boundary.patch import PatchError, apply_patch
 from .._boundary.scratch import (
-    import_roots,
     make_scratch,
     make_view,
     remove_scratch,
@@ -60,8 +56,9 @@ from .._stages.assemble import Run
 from .._stages.envfault import defined_in, wanted
 from .._stages.judge import Outcome
 from .._stages.parse import SNIPPET_NAME, parse, parse_language
-from .._stages.plan import BoxFacts, RunFacts, Scratch, plan
+from .._stages.plan import Scratch
 from .._types import MAX_FETCH_BYTES, MAX_FETCH_TOTAL_BYTES
+from . import invoke
 from .cache import in_thread
 from .rebuild import Rebuild, carry_base, plan_rebuild, rebuild
 from .session import Job, Session
@@ -236,7 +233,7 @@ def _lay_out(
     bytecode: str | None,
     number: int,
 ) -> Prepared:
-    c, tool, env, lang = job.candidate, job.tool, job.env, job.lang
+    c, env, lang = job.candidate, job.env, job.lang
     make_view(scratch, c.repo, bytecode)
     carry_base(job, scratch.work)
     touched = list(job.patches.touched) if patched else []
@@ -266,58 +263,15 @@ def _lay_out(
         written = _write_sources(scratch, job)
     elif c.code is not None:
         snippet = write_private(scratch, SNIPPET_NAME, c.code)
-    roots = tuple(import_roots(scratch.work)) if c.repo is not None else (scratch.work,)
-    if server is not None and not server.serves(roots):
-        server = None  # the repo shadows a module the server has imported: go cold
     uid = run_uid() if session.isolation.namespaces else None
-    cgroups = session.isolation.cgroups
     name = f"{number}-{os.path.basename(scratch.root)}"
-    box_facts = None
-    if uid is not None:
-        box_facts = BoxFacts(
-            uid=uid,
-            supervisor_pids=(os.getpid(), *([server.pid] if server else [])),
-            seccomp=session.isolation.seccomp is not None,
-            etc=session.warm.etc_dir(),
-            repo=None if c.repo is None else os.path.realpath(c.repo),
-        )
-    facts = RunFacts(
-        runner=job.runner,
-        scratch=scratch,
-        python=tool.path,
-        toolchain_paths=session.view_paths(tool, lang),
-        import_roots=roots,
-        snippet=snippet,
-        argv=tuple(c.command or ()),
-        tests=c.tests,
-        touched_sources=_existing(scratch.work, [*touched, *oracle]),
-        cgroup_procs=tuple(cgroups.procs_files(name)) if cgroups is not None else (),
-        box=box_facts,
-        memory_cgroup=cgroups is not None and cgroups.memory,
-        language=c.language,
-        request_type=c.request_type,
-        lang_tools=() if lang is None else lang.tools,
-        autoload=c.pytest_plugins == "auto",
-        stdin_file=stdin,
+    sources = _existing(scratch.work, [*touched, *oracle])
+    invocation, facts, the_plan = invoke.invocation(
+        session, job, scratch, server, name, uid, snippet=snippet, stdin=stdin, touched_sources=sources
     )
-    the_plan = plan(facts, env)
     lim = the_plan.limits
-    report = write_private(scratch, "report.jsonl", "")
     if uid is not None:
-        os.chown(report, uid, uid)
         seal_scratch(scratch, uid, lim.disk_bytes)
-    spec_path = write_private(scratch, "spec.json", json.dumps(the_plan.instructions))
-    invocation = Invocation(
-        argv=(tool.path, "-s", DRIVER, spec_path),
-        cwd=scratch.work,
-        env=the_plan.env_dict,
-        timeout_s=env.timeout_s,
-        report_path=report,
-        run=name,
-        caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
-        server=server,
-        isolation=session.isolation,
-    )
     built = plan_rebuild(session, job, facts, env, touched, oracle, uid, lim.disk_bytes)
     return Prepared(
         scratch, None, invocation, config_changed, snippet, touched, written, snapshot(scratch.root), built

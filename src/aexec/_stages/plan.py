@@ -332,6 +332,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "import_modules": modules(facts.touched_sources, facts.import_roots, scratch.work),
         "steps": [],
         "stdin_file": facts.stdin_file,
+        "command_env": {},
     }
     if facts.runner == "steps":
         instructions["steps"], child = lang_steps(facts, env, address_space)
