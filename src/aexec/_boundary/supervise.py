@@ -60,6 +60,8 @@ class Invocation:
     server: ForkServer | None = None
     #: The mechanisms this run is held by (`detect_isolation`).
     isolation: Isolation = attrs.field(factory=lambda: Isolation(namespaces=False))
+    #: Bytes kept of each of stdout and stderr (the environment's stream caps).
+    stream_cap: int = STREAM_CAP_BYTES
 
 
 class _Sink:
@@ -212,7 +214,7 @@ async def _spawn(inv: Invocation) -> anyio.abc.Process:
 async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     start = anyio.current_time()
     proc = await _spawn(inv)
-    out, err = _Sink("stdout"), _Sink("stderr")
+    out, err = _Sink("stdout", inv.stream_cap), _Sink("stderr", inv.stream_cap)
     exited = anyio.Event()
     timed_out = False
     killed_usage: tuple[float | None, int | None] = (None, None)

@@ -317,6 +317,7 @@ def _lay_out(
         caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
         server=server,
         isolation=session.isolation,
+        stream_cap=env.stdout_cap_kib * 1024,
     )
     built = plan_rebuild(session, job, facts, env, touched, oracle, uid, lim.disk_bytes)
     return Prepared(
