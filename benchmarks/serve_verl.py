@@ -202,10 +202,11 @@ class Server:
                     ready.set()
             ready.set()
 
-        threading.Thread(target=drain, daemon=True).start()
+        self.reader = threading.Thread(target=drain, daemon=True)
+        self.reader.start()
         ready.wait(60)
         if not self.url:
-            self.proc.kill()
+            self.__exit__()
             raise RuntimeError(f"aexec serve did not start: {''.join(self.lines)}")
 
     def metrics(self) -> dict[str, Any]:
@@ -221,6 +222,9 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.reader.join(10)
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
 
 
 def scenario(name: str, copies: int) -> tuple[list[str], list[Case]]:

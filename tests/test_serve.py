@@ -277,7 +277,7 @@ def test_stdin_and_files_through_the_sync_client(server: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
-        ({"language": "go"}, "language"),
+        ({"language": "cobol"}, "language"),
         ({"files": {"../in.txt": "aGk="}}, "files"),
         ({"files": {"in.txt": "not base64"}}, "files"),
         ({"fetch_files": ["/etc/passwd"]}, "fetch_files"),

@@ -139,7 +139,7 @@ async def test_busy_is_429_with_retry_after_and_the_body_and_token_are_checked()
                 with anyio.fail_after(20):
                     while not live_pids_with(marker):
                         await anyio.sleep(0.1)
-                r = await client.post("/run_code", json={"code": "print(1)", "language": "python"})
+                r = await post(client, "/observe", snippet("print(1)"))
                 assert (r.status_code, r.headers["retry-after"]) == (429, "1")
             metrics = (await client.get("/metrics")).json()
             assert metrics["refused_busy"] == 1 and metrics["done_by_verdict"] == {"fail": 1}

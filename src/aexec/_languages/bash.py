@@ -33,7 +33,9 @@ SOURCE: Final = "main.sh"
 # "main.sh: line 3: syntax error near unexpected token `fi'"; bash -n also prints
 # "main.sh: line 4: `fi'" (the offending line) after it, which is not a message of its own.
 _LINE = re.compile(r"^(?P<file>[^\n:]+): line (?P<line>\d+): (?P<msg>[^\n]*)$", re.M)
-_SYNTAX = re.compile(r"syntax error|unexpected end of file|unexpected EOF")
+# The parser's errors; "syntax error in expression" / "syntax error: operand expected"
+# are arithmetic evaluated while the script runs (runtime).
+_SYNTAX = re.compile(r"syntax error near|syntax error: unexpected end of file|unexpected EOF")
 
 
 def steps(
