@@ -60,7 +60,7 @@ LANGUAGES: dict[str, LanguageName] = {
     "sql": "sql",
     "bash": "bash",
 }
-#: SandboxFusion's other languages (its ``Language`` literal): known to its clients, so
+#: SandboxFusion's other languages (its ``Language`` literal, and its PyPI client's): known to its clients, so
 #: answered in its own form (`Unavailable`) rather than refused as unknown (422).
 OTHER_LANGUAGES: frozenset[str] = frozenset(
     [
@@ -86,6 +86,9 @@ OTHER_LANGUAGES: frozenset[str] = frozenset(
         "lean",
         "swift",
         "racket",
+        "python2",
+        "gtest",
+        "react",
     ]
 )
 #: SandboxFusion's runner keeps the first MiB of each stream (``_MAX_CAPTURED_OUTPUT_BYTES``).
