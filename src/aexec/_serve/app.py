@@ -125,7 +125,10 @@ def build(settings: Settings) -> Starlette:
         With ``start_by``, it waits for a place and a slot until then (else 504)."""
 
         async def work() -> ExecutionObservation:
-            return await observe(candidate, observer=obs_)
+            started = anyio.current_time()
+            o = await observe(candidate, observer=obs_)
+            gate.overheads.append(anyio.current_time() - started - o.duration)
+            return o
 
         async def admitted() -> ExecutionObservation | Refused:
             try:
@@ -157,7 +160,9 @@ def build(settings: Settings) -> Starlette:
         except RequestError as e:  # what only the pipeline's checks see (a NUL in the code)
             return JSONResponse(sandboxfusion.Invalid("code", str(e).splitlines()[0], None).body(), 422)
 
-        o = await observed(request, candidate, arrived + sandboxfusion.start_within(body, candidate))
+        o = await observed(
+            request, candidate, arrived + sandboxfusion.start_within(body, candidate, gate.overhead())
+        )
         if o is None:
             return Response(status_code=499)
         answer = sandboxfusion.response(o, candidate.language)

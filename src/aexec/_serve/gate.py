@@ -6,17 +6,24 @@ to wait: ``/observe`` and ``/observe_many`` are refused at once when every place
 taken (``429``); ``/run_code`` waits for a place and a slot, but never past ``start_by``
 — the last moment at which its run can still end before its client gives up — and is
 then answered ``504`` with ``Retry-After``, the status SandboxFusion's clients retry.
+Free slots go to the waiter that must start soonest (`Slots`): a C++ request, whose
+deadline covers its build too, has less time to wait than a Python one behind it.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import contextlib
+import heapq
+import itertools
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import attrs
 from starlette.responses import JSONResponse, Response
+
+from .sandboxfusion import RUN_OVERHEAD_S
 
 
 class Refused(Exception):
@@ -38,13 +45,57 @@ def _late() -> Refused:
 
 
 @attrs.define
+class Slots:
+    """``total`` run slots, given to waiters earliest key first (a ``/run_code`` request's
+    key is the last moment it may start, so the most pressed starts first; another's is
+    when it began to wait), each waiter waiting until its own ``until`` at most."""
+
+    total: int
+    used: int = 0
+    waiting: list[tuple[float, int, anyio.Event]] = attrs.field(factory=list)
+    order: itertools.count[int] = attrs.field(factory=itertools.count)
+
+    async def acquire(self, key: float, until: float | None) -> bool:
+        """A slot (True), or False if none was given by ``until`` (anyio's clock)."""
+        if self.used < self.total and not self.waiting:
+            self.used += 1
+            return True
+        entry = (key, next(self.order), anyio.Event())
+        heapq.heappush(self.waiting, entry)
+        try:
+            with anyio.move_on_after(float("inf") if until is None else until - anyio.current_time()):
+                await entry[2].wait()
+        except BaseException:  # cancelled from outside: a slot handed over is given back
+            self._leave(entry)
+            raise
+        if entry[2].is_set():
+            return True
+        self._leave(entry)
+        return False
+
+    def _leave(self, entry: tuple[float, int, anyio.Event]) -> None:
+        if entry[2].is_set():
+            self.release()
+        else:
+            self.waiting.remove(entry)
+            heapq.heapify(self.waiting)
+
+    def release(self) -> None:
+        """Give a slot back: to the first waiter (it is handed over), or free."""
+        if self.waiting:
+            heapq.heappop(self.waiting)[2].set()
+        else:
+            self.used -= 1
+
+
+@attrs.define
 class Gate:
     """Admission: ``jobs`` runs at once, ``queue`` more waiting, the rest refused (429) or,
     with ``start_by``, held until then at most (504)."""
 
     jobs: int
     queue: int
-    limiter: anyio.CapacityLimiter = attrs.field(init=False)
+    slots: Slots = attrs.field(init=False)
     lock: anyio.Lock = attrs.field(init=False, factory=anyio.Lock)
     #: Set (and replaced) whenever places are given back.
     freed: anyio.Event = attrs.field(init=False, factory=anyio.Event)
@@ -53,9 +104,12 @@ class Gate:
     sandboxfusion: Counter[str] = attrs.field(factory=Counter)
     refused: int = 0
     late: int = 0
+    #: Seconds each recent run took beyond its own duration (preparing it, collecting it):
+    #: on a loaded machine, more than the floor.
+    overheads: deque[float] = attrs.field(factory=lambda: deque(maxlen=32))
 
     def __attrs_post_init__(self) -> None:
-        self.limiter = anyio.CapacityLimiter(self.jobs)
+        self.slots = Slots(self.jobs)
 
     def admit(self, n: int) -> None:
         if n > self.jobs + self.queue:
@@ -81,26 +135,22 @@ class Gate:
             await self._wait_for_places(n, start_by)
         elif not admitted:
             self.admit(n)
-        borrowers = [object() for _ in range(min(n, self.jobs))]
-        taken: list[object] = []
+        want = min(n, self.jobs)
+        taken = 0
+        key = anyio.current_time() if start_by is None else start_by
         try:
-            with anyio.move_on_after(
-                max(0.0, start_by - anyio.current_time()) if start_by is not None else float("inf")
-            ):
-                async with self.lock:
-                    for b in borrowers:
-                        try:
-                            self.limiter.acquire_on_behalf_of_nowait(b)
-                        except anyio.WouldBlock:
-                            await self.limiter.acquire_on_behalf_of(b)
-                        taken.append(b)
-            if len(taken) < len(borrowers):
+            # One batch takes its slots at a time (the lock), so two never hold part of
+            # theirs each; a single request needs no lock, and waits in deadline order.
+            async with self.lock if want > 1 else contextlib.nullcontext():
+                while taken < want and await self.slots.acquire(key, start_by):
+                    taken += 1
+            if taken < want:
                 self.late += 1
                 raise _late()
             return await work()
         finally:
-            for b in taken:
-                self.limiter.release_on_behalf_of(b)
+            for _ in range(taken):
+                self.slots.release()
             self.admitted -= n
             self.freed.set()
             self.freed = anyio.Event()
@@ -114,8 +164,13 @@ class Gate:
                 await self.freed.wait()
         self.admitted += n
 
+    def overhead(self, floor: float = RUN_OVERHEAD_S) -> float:
+        """What a run is now expected to take beyond its own time: the most of the recent
+        runs' and a second, at least ``floor``."""
+        return max(floor, max(self.overheads, default=0.0) + 1.0)
+
     def metrics(self) -> dict[str, Any]:
-        running = int(self.limiter.borrowed_tokens)
+        running = self.slots.used
         return {
             "jobs": self.jobs,
             "queue": self.queue,
@@ -127,4 +182,5 @@ class Gate:
             "run_code_by_status": dict(sorted(self.sandboxfusion.items())),
             "refused_busy": self.refused,
             "refused_late": self.late,
+            "run_overhead_s": round(self.overhead(), 2),
         }

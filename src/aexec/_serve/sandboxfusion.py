@@ -96,7 +96,8 @@ OUTPUT_KIB = 1024
 #: verl's client waits ``compile_timeout + run_timeout`` plus this (its ``API_TIMEOUT``)
 #: for an answer, then gives up; it retries a 504 only.
 CLIENT_SLACK_S = 10.0
-#: What a run may take beyond its deadline (the kill, the pipes' grace, collecting, the answer).
+#: What a run may take beyond its deadline (preparing, the kill, the pipes' grace,
+#: collecting, the answer) at least; the server measures it (`Gate.overhead`).
 RUN_OVERHEAD_S = 3.0
 #: aexec languages with a compile step SandboxFusion reports as ``compile_result``.
 COMPILED: frozenset[str] = frozenset({"c", "cpp", "rust", "java"})
@@ -157,12 +158,12 @@ class Unavailable(Exception):
         }
 
 
-def start_within(body: dict[str, Any], candidate: Candidate) -> float:
+def start_within(body: dict[str, Any], candidate: Candidate, overhead: float = RUN_OVERHEAD_S) -> float:
     """Seconds a request may wait to start and still end before its client gives up:
     the client's patience (verl's: ``compile_timeout + run_timeout + 10``) less the
-    run's own deadline and `RUN_OVERHEAD_S`."""
+    run's own deadline and ``overhead``, what a run takes beyond its own time."""
     patience = _timeout(body, "compile_timeout") + _timeout(body, "run_timeout") + CLIENT_SLACK_S
-    return max(0.0, patience - (candidate.policy.timeout_s or DEFAULT_TIMEOUT_S) - RUN_OVERHEAD_S)
+    return max(0.0, patience - (candidate.policy.timeout_s or DEFAULT_TIMEOUT_S) - overhead)
 
 
 def request(
