@@ -80,3 +80,16 @@ def test_a_request_that_cannot_start_in_time_is_504_and_one_over_the_queue_waits
         results = verl.drive(s.url, cases)
         assert [r.score for r in results] == [True] * 6, results
         assert {h for r in results for h in r.http} == {200}
+
+
+def test_python_programs_run_in_the_interpreter_the_server_is_given(tmp_path: Path) -> None:
+    """``--python``: /run_code's Python programs run there, not in the server's venv."""
+    other = Path("/usr/bin/python3")
+    if not other.exists() or other.resolve() == Path(sys.executable).resolve():
+        pytest.skip("no second interpreter here")
+    with verl.Server("--jobs", "1", "--python", str(other)) as s:
+        code = "import sys; print(sys.executable)"
+        r = httpx.post(f"{s.url}/run_code", json={"code": code, "language": "python"}, timeout=60).json()
+        assert (r["status"], r["run_result"]["stdout"]) == ("Success", f"{other}\n"), r
+    with pytest.raises(RuntimeError, match="--python"):
+        verl.Server("--python", str(tmp_path / "none"))
