@@ -126,7 +126,12 @@ def build(settings: Settings) -> Starlette:
 
         async def work() -> ExecutionObservation:
             started = anyio.current_time()
-            o = await observe(candidate, observer=obs_)
+            try:
+                o = await observe(candidate, observer=obs_)
+            except BaseException:  # the client left: past its deadline, the run's excess is its overhead
+                excess = anyio.current_time() - started - (candidate.policy.timeout_s or 0.0)
+                gate.overheads.append(max(0.0, excess))
+                raise
             gate.overheads.append(anyio.current_time() - started - o.duration)
             return o
 

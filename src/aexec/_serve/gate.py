@@ -165,9 +165,12 @@ class Gate:
         self.admitted += n
 
     def overhead(self, floor: float = RUN_OVERHEAD_S) -> float:
-        """What a run is now expected to take beyond its own time: the most of the recent
-        runs' and a second, at least ``floor``."""
-        return max(floor, max(self.overheads, default=0.0) + 1.0)
+        """What a run is now expected to take beyond its own time: the recent runs' third
+        quartile and a second, within [``floor``, 3 × ``floor``] (one slow run must not
+        turn every request away: a 504 for all would leave no run to measure again)."""
+        recent = sorted(self.overheads)
+        typical = recent[(3 * len(recent)) // 4] + 1.0 if recent else 0.0
+        return min(3 * floor, max(floor, typical))
 
     def metrics(self) -> dict[str, Any]:
         running = self.slots.used
