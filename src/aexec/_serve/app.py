@@ -9,8 +9,9 @@ What keeps it standing (`Gate`, in `gate`): at most ``jobs`` runs at once, at mo
 ``queue`` more waiting; an ``/observe`` request beyond that gets ``429`` with
 ``Retry-After``, never an unbounded queue; a ``/run_code`` request waits, but never past
 the moment its run could no longer end before its client gives up: then ``504`` with
-``Retry-After``, which SandboxFusion's clients (verl's) retry. Bodies over ``max_body`` bytes get ``413``. With a token every endpoint but
-``/health`` needs ``Authorization: Bearer <token>``. A client that disconnects has its
+``Retry-After``, which SandboxFusion's clients (verl's) retry. Bodies over ``max_body``
+bytes get ``413``. With a token every endpoint but ``/health`` needs
+``Authorization: Bearer <token>``. A client that disconnects has its
 runs cancelled: aexec kills their process trees and removes their scratch roots.
 """
 

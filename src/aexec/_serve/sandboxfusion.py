@@ -60,8 +60,8 @@ LANGUAGES: dict[str, LanguageName] = {
     "sql": "sql",
     "bash": "bash",
 }
-#: SandboxFusion's other languages (its ``Language`` literal, and its PyPI client's): known to its clients, so
-#: answered in its own form (`Unavailable`) rather than refused as unknown (422).
+#: SandboxFusion's other languages (its ``Language`` literal, and its PyPI client's):
+#: known to its clients, so answered in its own form (`Unavailable`), not as unknown (422).
 OTHER_LANGUAGES: frozenset[str] = frozenset(
     [
         "go",

@@ -146,8 +146,17 @@ async def serve(
         hc.errorlog = None  # the application logs its own errors, through aexec._log
         hc.keep_alive_timeout = 75.0
         async with make_observer(options, supervisor=supervisor) as obs:
-            settings = Settings(obs, config.jobs, config.queue, config.max_body, config.token)
-            app = build(attrs.evolve(settings, python=config.python, environment=config.environment))
+            app = build(
+                Settings(
+                    obs,
+                    config.jobs,
+                    config.queue,
+                    config.max_body,
+                    config.token,
+                    python=config.python,
+                    environment=config.environment,
+                )
+            )
             async with anyio.create_task_group() as tg:
                 if signals:
                     tg.start_soon(_stop_on_signal, stopping)
