@@ -104,8 +104,8 @@ class Gate:
     sandboxfusion: Counter[str] = attrs.field(factory=Counter)
     refused: int = 0
     late: int = 0
-    #: Seconds each recent run took beyond its own duration (preparing it, collecting it):
-    #: on a loaded machine, more than the floor.
+    #: Seconds each recent run that reached its deadline took beyond it (preparing it,
+    #: killing it, collecting it): on a loaded machine, more than the floor.
     overheads: deque[float] = attrs.field(factory=lambda: deque(maxlen=32))
 
     def __attrs_post_init__(self) -> None:
@@ -165,7 +165,7 @@ class Gate:
         self.admitted += n
 
     def overhead(self, floor: float = RUN_OVERHEAD_S) -> float:
-        """What a run is now expected to take beyond its own time: the recent runs' third
+        """What a run is now expected to take beyond its deadline: the recent ones' third
         quartile and a second, within [``floor``, 3 × ``floor``] (one slow run must not
         turn every request away: a 504 for all would leave no run to measure again)."""
         recent = sorted(self.overheads)
