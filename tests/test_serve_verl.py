@@ -93,3 +93,10 @@ def test_python_programs_run_in_the_interpreter_the_server_is_given(tmp_path: Pa
         assert (r["status"], r["run_result"]["stdout"]) == ("Success", f"{other}\n"), r
     with pytest.raises(RuntimeError, match="--python"):
         verl.Server("--python", str(tmp_path / "none"))
+
+
+def test_a_declared_environment_is_built_before_the_server_listens() -> None:
+    """``--environment``: built (or found built) at the start, its interpreter then runs
+    /run_code's Python programs; one that cannot be built stops the start, naming it."""
+    with pytest.raises(RuntimeError, match=r"--environment: .*3\.99"):
+        verl.Server("--environment", '{"python": "3.99"}')

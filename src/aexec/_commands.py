@@ -137,7 +137,7 @@ def add_commands(sub: Any) -> None:
         "--environment",
         default=None,
         help="a declared environment (JSON, or @FILE) /run_code's Python programs run in,"
-        ' built once: {"python": "3.12", "requirements": ["numpy"]} (docs/environments.md)',
+        ' built once: {"python": "3.12", "packages": ["numpy"]} (docs/environments.md)',
     )
     run_options(v, jobs_help="runs under way at once (default: 4 per core)")
     add_env(sub)

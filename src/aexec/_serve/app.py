@@ -32,7 +32,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._api import VERSION, observe, observe_many, validate
-from .._environments.spec import EnvSpec
 from .._errors import RequestError
 from .._jsonl import lines, parse_line
 from .._log import get_logger
@@ -53,9 +52,8 @@ class Settings:
     queue: int
     max_body: int = 16 * 1024 * 1024
     token: str | None = None
-    #: What ``/run_code``'s Python programs run in: an interpreter, or a declared environment.
+    #: The interpreter ``/run_code``'s Python programs run in (None: the server's own).
     python: str | None = None
-    environment: EnvSpec | None = None
 
 
 async def _body(request: Request, cap: int) -> bytes:
@@ -157,7 +155,7 @@ def build(settings: Settings) -> Starlette:
         arrived = anyio.current_time()
         body = _json(await _body(request, settings.max_body), "body")
         try:
-            candidate = sandboxfusion.request(body, python=settings.python, environment=settings.environment)
+            candidate = sandboxfusion.request(body, python=settings.python)
             validate(candidate)
         except sandboxfusion.Invalid as e:
             return JSONResponse(e.body(), 422)

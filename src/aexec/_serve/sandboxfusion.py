@@ -40,7 +40,6 @@ from typing import Any
 
 import attrs
 
-from .._environments.spec import EnvSpec
 from .._errors import RequestError
 from .._records import Candidate, ExecutionObservation, Policy
 from .._types import TRUNCATION_MARKER, LanguageName
@@ -171,11 +170,10 @@ def request(
     *,
     request_id: str | None = None,
     python: str | None = None,
-    environment: EnvSpec | None = None,
 ) -> Candidate:
     """A ``/run_code`` body → the `Candidate` that runs it; `Invalid` names what is wrong,
     `Unavailable` a language of SandboxFusion's aexec does not run. A Python program runs
-    in ``python`` (an interpreter) or ``environment`` (declared) when the server has one."""
+    in ``python`` (an interpreter) when the server has one."""
     if not isinstance(body, dict):
         raise Invalid("body", "the request must be a JSON object", None, "model_attributes_type")
     code = body.get("code")
@@ -219,7 +217,6 @@ def request(
             files=files,
             fetch_files=fetch,
             python=python if language == "python" else None,
-            environment=environment if language == "python" else None,
         )
     except RequestError as e:
         field = str(e).split(" ", 1)[0].split(":", 1)[0].split("[", 1)[0]

@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import socket
+import tempfile
 from collections.abc import Callable
 
 import anyio
@@ -24,7 +25,7 @@ import attrs
 
 from .._api import observer as make_observer
 from .._boundary.supervise import Supervisor
-from .._environments.spec import EnvSpec, from_json
+from .._environments.spec import EnvBroken, EnvSpec, from_json
 from .._errors import RequestError
 from .._log import get_logger
 from .._options import Options
@@ -43,7 +44,8 @@ class ServeConfig:
     token: str | None = None
     #: Seconds requests in flight may take to finish after SIGTERM before they are cancelled.
     grace: float = 5.0
-    #: What ``/run_code``'s Python programs run in: an interpreter, or a declared environment.
+    #: What ``/run_code``'s Python programs run in: an interpreter, or a declared
+    #: environment (built once, at the start; its interpreter is then the one).
     python: str | None = None
     environment: EnvSpec | None = None
 
@@ -83,6 +85,19 @@ def read_environment(text: str) -> EnvSpec:
         return from_json(json.loads(text))
     except ValueError as e:
         raise RequestError(f"--environment: {str(e).splitlines()[0]}") from None
+
+
+def environment_python(spec: EnvSpec, options: Options) -> str:
+    """``--environment``: the declared environment's interpreter, built once (aexec's
+    environment store: later starts find it built); `RequestError` if it cannot be."""
+    from .._environments.build import default_root, ensure
+
+    root = options.env_dir or default_root(options.cache_dir)
+    with tempfile.TemporaryDirectory(prefix="aexec-serve-env-") as nothing:  # no project of its own
+        try:
+            return ensure(spec, nothing, root).python
+        except EnvBroken as e:
+            raise RequestError(f"--environment: {e}") from None
 
 
 def check_config(config: ServeConfig) -> None:
@@ -134,6 +149,9 @@ async def serve(
     from hypercorn.config import Config
 
     check_config(config)
+    python = config.python
+    if config.environment is not None:  # built (or found built) before the port opens
+        python = await anyio.to_thread.run_sync(environment_python, config.environment, options)
     sock = listen(config.host, config.port)
     stopping = stop or anyio.Event()
     with sock:
@@ -153,8 +171,7 @@ async def serve(
                     config.queue,
                     config.max_body,
                     config.token,
-                    python=config.python,
-                    environment=config.environment,
+                    python=python,
                 )
             )
             async with anyio.create_task_group() as tg:
