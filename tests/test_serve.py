@@ -4,8 +4,8 @@ One server per module (``python -m aexec serve --port 0``); the client is
 ``sandbox-fusion`` 0.3.7, unchanged: its sync ``run_code`` (requests) and its async
 ``run_code_async`` (aiohttp). For Python, C++, Rust, Java and JavaScript (``nodejs``):
 a pass, a wrong answer, a compile error, a timeout, a crash, ``stdin``, ``files`` in and
-``fetch_files`` out; a language aexec lacks, or a file path that leaves the run's
-directory, is refused with SandboxFusion's own 422.
+``fetch_files`` out; a file path that leaves the run's directory is refused with
+SandboxFusion's own 422.
 """
 
 from __future__ import annotations
@@ -179,7 +179,9 @@ def test_every_language_and_case_through_the_async_client(server: str) -> None:
 
     async def all_of_them() -> list[Any]:
         return await asyncio.gather(
-            *(run_code_async(request(lang, case), endpoint=server, max_attempts=1) for lang, case in pairs)
+            # 25 at once on 4 run slots: one that cannot start before a client with verl's
+            # patience gives up is answered 504, which the client retries (issue 40)
+            *(run_code_async(request(lang, case), endpoint=server, max_attempts=3) for lang, case in pairs)
         )
 
     for (lang, case), resp in zip(pairs, asyncio.run(all_of_them()), strict=True):
@@ -277,7 +279,6 @@ def test_stdin_and_files_through_the_sync_client(server: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
-        ({"language": "go"}, "language"),
         ({"files": {"../in.txt": "aGk="}}, "files"),
         ({"files": {"in.txt": "not base64"}}, "files"),
         ({"fetch_files": ["/etc/passwd"]}, "fetch_files"),

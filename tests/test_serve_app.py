@@ -139,7 +139,7 @@ async def test_busy_is_429_with_retry_after_and_the_body_and_token_are_checked()
                 with anyio.fail_after(20):
                     while not live_pids_with(marker):
                         await anyio.sleep(0.1)
-                r = await client.post("/run_code", json={"code": "print(1)", "language": "python"})
+                r = await post(client, "/observe", snippet("print(1)"))
                 assert (r.status_code, r.headers["retry-after"]) == (429, "1")
             metrics = (await client.get("/metrics")).json()
             assert metrics["refused_busy"] == 1 and metrics["done_by_verdict"] == {"fail": 1}
@@ -201,3 +201,37 @@ async def test_a_bad_run_code_request_is_sandboxfusions_422_naming_the_field() -
             (detail,) = r.json()["detail"]
             assert detail["loc"] == ["body", field] and detail["msg"], (body, detail)
         assert (await client.post("/run_code", content=b"{")).status_code == 400
+
+
+async def test_a_free_slot_goes_to_the_request_that_must_start_soonest() -> None:
+    """A C++ request (7 s to start at verl's settings) behind a Python one (17 s) gets the
+    next slot; one not given a slot by its deadline gives up and holds none (issue 40)."""
+    from aexec._serve.gate import Gate, Slots
+
+    slots = Slots(1)
+    assert await slots.acquire(0.0, None)
+    order: list[str] = []
+
+    async def waiter(key: float, name: str) -> None:
+        assert await slots.acquire(key, None)
+        order.append(name)
+        slots.release()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter, 17.0, "python")  # waits first, may wait longer
+        await anyio.sleep(0.05)
+        tg.start_soon(waiter, 7.0, "cpp")
+        await anyio.sleep(0.05)
+        slots.release()
+    assert order == ["cpp", "python"] and slots.used == 0
+    assert await slots.acquire(0.0, None)
+    assert not await slots.acquire(0.0, anyio.current_time() + 0.05)
+    slots.release()
+    assert (slots.used, slots.waiting) == (0, [])
+    # the expected overhead: the recent runs' third quartile and a second, within [3, 9] s
+    gate = Gate(1, 0)
+    assert gate.overhead() == 3.0
+    gate.overheads.extend([0.1, 0.2, 4.0, 0.3])
+    assert gate.overhead() == 5.0
+    gate.overheads.extend([60.0] * 8)
+    assert gate.overhead() == 9.0

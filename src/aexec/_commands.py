@@ -127,12 +127,24 @@ def add_commands(sub: Any) -> None:
         "--grace", type=float, default=5.0, help="seconds runs in flight get after SIGTERM (default: 5)"
     )
     v.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio", help="anyio backend")
+    g = v.add_mutually_exclusive_group()
+    g.add_argument(
+        "--python",
+        default=None,
+        help="the interpreter /run_code's Python programs run in (default: the server's own)",
+    )
+    g.add_argument(
+        "--environment",
+        default=None,
+        help="a declared environment (JSON, or @FILE) /run_code's Python programs run in,"
+        ' built once: {"python": "3.12", "packages": ["numpy"]} (docs/environments.md)',
+    )
     run_options(v, jobs_help="runs under way at once (default: 4 per core)")
     add_env(sub)
 
 
 def _serve_main(args: argparse.Namespace) -> int:
-    from ._serve.server import ServeConfig, read_token, serve
+    from ._serve.server import ServeConfig, read_environment, read_token, serve
 
     if _bad_jobs(args):
         return 2
@@ -147,6 +159,8 @@ def _serve_main(args: argparse.Namespace) -> int:
             max_body=int(args.max_body_mib * 1024 * 1024),
             token=read_token(args.token_file) if args.token_file else None,
             grace=args.grace,
+            python=args.python,
+            environment=read_environment(args.environment) if args.environment else None,
         )
         options = Options.from_env(limit=jobs, cache_dir=cache_dir)
 

@@ -1,8 +1,7 @@
 """Frozen records (layer 1): what goes into aexec and what comes out.
 
-Records hold plain data — strings, numbers, tuples — never live objects, so an
-observation can be stored, compared and sent anywhere. ``_serde`` turns each record into
-the contract's JSON and back.
+Records hold plain data (strings, numbers, tuples), never live objects, so an observation
+can be stored, compared and sent anywhere; ``_serde`` turns each into the contract's JSON.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from ._types import (
     DEFAULT_OPEN_FILES,
     DEFAULT_PIDS,
     LANGUAGE_NAMES,
+    MAX_OUTPUT_KIB,
     MAX_RAM_MIB,
     MAX_TIMEOUT_S,
     MIN_RAM_MIB,
@@ -62,7 +62,7 @@ def _bounded(instance: object, attribute: attrs.Attribute[Any], value: float | N
     if value is None:
         return
     name = attribute.name
-    integral = name == "ram_mib"
+    integral = name in ("ram_mib", "output_kib")
     if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
         raise RequestError(f"policy.{name} must be {'an integer' if integral else 'a number'}, got {value!r}")
     low, high, low_open = policy_bounds()[name]
@@ -78,20 +78,20 @@ def policy_bounds() -> dict[str, tuple[float, float, bool]]:
         "timeout_s": (0.0, MAX_TIMEOUT_S, True),
         "ram_mib": (float(MIN_RAM_MIB), float(MAX_RAM_MIB), False),
         "cpu_cores": (0.0, float(os.cpu_count() or 1), True),
+        "output_kib": (1.0, float(MAX_OUTPUT_KIB), False),
     }
 
 
 @attrs.frozen
 class Policy:
     """Declared overrides of the isolation defaults (spec §3.2); ``None`` keeps the default.
-
-    Each value is checked against its bounds when the record is made (`policy_bounds`):
-    the command line and the Python API reject the same values, before anything runs.
-    """
+    Each is checked against its bounds when the record is made (`policy_bounds`): the
+    command line and the Python API reject the same values, before anything runs."""
 
     timeout_s: float | None = attrs.field(default=None, validator=_bounded)
     ram_mib: int | None = attrs.field(default=None, validator=_bounded)
     cpu_cores: float | None = attrs.field(default=None, validator=_bounded)
+    output_kib: int | None = attrs.field(default=None, validator=_bounded)  # each stream's cap
 
 
 def _to_tuple(value: Any) -> Any:

@@ -42,8 +42,9 @@ def _policy(policy: Any) -> Policy:
     if not isinstance(policy, dict):
         raise RequestError("policy must be an object")
     for name in policy:
-        if name not in ("timeout_s", "ram_mib", "cpu_cores"):
-            raise RequestError(f"policy: unknown field {name!r} (expected timeout_s, ram_mib, cpu_cores)")
+        if name not in attrs.fields_dict(Policy):
+            known = ", ".join(attrs.fields_dict(Policy))
+            raise RequestError(f"policy: unknown field {name!r} (expected {known})")
     return Policy(**policy)  # each value checked against its bounds (`policy_bounds`)
 
 

@@ -17,7 +17,7 @@ FailureClass = Literal[
     "compile", "syntax", "assertion", "runtime", "timeout", "resource", "type", "dependency"
 ]
 TestVerdict = Literal["passed", "failed", "errored", "skipped"]
-LanguageName = Literal["python", "c", "cpp", "rust", "java", "javascript", "sql"]
+LanguageName = Literal["python", "c", "cpp", "rust", "java", "javascript", "sql", "bash"]
 Verdict = Literal["pass", "fail", "empty_success", "tampered", "error"]
 #: How pytest loads the interpreter's plugins (a request's ``pytest_plugins``).
 PluginLoading = Literal["auto", "none"]
@@ -38,7 +38,16 @@ ARTIFACT_SHAPES: Final[tuple[ArtifactShape, ...]] = (
     "probe_program",
 )
 
-LANGUAGE_NAMES: Final[tuple[LanguageName, ...]] = ("python", "c", "cpp", "rust", "java", "javascript", "sql")
+LANGUAGE_NAMES: Final[tuple[LanguageName, ...]] = (
+    "python",
+    "c",
+    "cpp",
+    "rust",
+    "java",
+    "javascript",
+    "sql",
+    "bash",
+)
 #: The Python test runners of a ``run_suite`` (a request's ``runner``; `aexec._runners`).
 RunnerName = Literal["pytest", "unittest", "django", "sympy"]
 RUNNER_NAMES: Final[tuple[RunnerName, ...]] = ("pytest", "unittest", "django", "sympy")
@@ -80,7 +89,9 @@ DEFAULT_TIMEOUT_S: Final[dict[Mode, float]] = {
     "diagnostic_probe": 30.0,
 }
 #: Each captured stream keeps at most this many bytes; the rest is drained and counted.
+#: A request may declare another cap (``policy.output_kib``, at most `MAX_OUTPUT_KIB`).
 STREAM_CAP_BYTES: Final = 64 * 1024
+MAX_OUTPUT_KIB: Final = 64 * 1024
 TRUNCATION_MARKER: Final = "\n[aexec: {dropped} more bytes of {stream} not kept (cap {cap} bytes)]\n"
 #: §3.4 caps on parsed evidence: the driver's own caps (`aexec._driver.wire`), one source.
 MESSAGE_CAP_CHARS: Final = MESSAGE_CAP

@@ -74,6 +74,10 @@ def test_overrides_are_recorded_and_realized() -> None:
     assert lim.address_space_bytes == 256 * 1024 * 1024
     # The CPU-time backstop sits above the wall-clock deadline.
     assert lim.cpu_seconds > env.timeout_s
+    # the stream caps: 64 KiB each by default (the spec's), or the declared output_kib
+    assert (env.stdout_cap_kib, env.stderr_cap_kib) == (64, 64)
+    big = _declare("targeted_execution", Policy(output_kib=1024))
+    assert (big.stdout_cap_kib, big.stderr_cap_kib) == (1024, 1024)
 
 
 @pytest.mark.parametrize(
@@ -90,6 +94,9 @@ def test_overrides_are_recorded_and_realized() -> None:
         ("ram_mib", 1),
         ("ram_mib", 1e27),
         ("ram_mib", 256.0),
+        ("output_kib", 0),
+        ("output_kib", 1 << 30),
+        ("output_kib", 1.5),
     ],
 )
 def test_out_of_range_overrides_are_refused_when_the_policy_is_made(field: str, value: object) -> None:

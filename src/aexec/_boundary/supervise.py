@@ -60,7 +60,7 @@ class Invocation:
     server: ForkServer | None = None
     #: The mechanisms this run is held by (`detect_isolation`).
     isolation: Isolation = attrs.field(factory=lambda: Isolation(namespaces=False))
-    #: Bytes kept of each stream (a workspace's command may keep more than a run's default).
+    #: Bytes kept of each of stdout and stderr (the environment's stream caps).
     stream_cap: int = STREAM_CAP_BYTES
 
 

@@ -15,7 +15,7 @@ from typing import Final
 
 import attrs
 
-from . import cargo, cfamily, ctest, java, javascript, nodetest, rust, sql
+from . import bash, cargo, cfamily, ctest, java, javascript, nodetest, rust, sql
 from ._common import (
     LANG_REQUEST_TYPES,
     LangFinding,
@@ -60,6 +60,7 @@ LANGUAGES: Final[Mapping[str, Language]] = MappingProxyType(
             java.LANGUAGE,
             attrs.evolve(javascript.LANGUAGE, suite=nodetest.SUITE),
             sql.LANGUAGE,
+            bash.LANGUAGE,
         )
     }
 )

@@ -16,7 +16,7 @@ import attrs
 from .._types import FAILURE_ORDER, MESSAGE_CAP_CHARS, FailureClass
 
 #: The name of a language beyond Python (`aexec._languages.LANGUAGES` holds each one's object).
-LangName = Literal["c", "cpp", "rust", "java", "javascript", "sql"]
+LangName = Literal["c", "cpp", "rust", "java", "javascript", "sql", "bash"]
 #: The request types a language other than Python answers.
 LangRequestType = Literal["build_check", "run_entry"]
 LANG_REQUEST_TYPES: Final[tuple[LangRequestType, ...]] = ("build_check", "run_entry")

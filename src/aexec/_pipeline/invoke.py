@@ -90,5 +90,6 @@ def invocation(
         caps=Caps(env.cpu_cap_cores, lim.tree_memory_bytes, lim.processes),
         server=server,
         isolation=session.isolation,
+        stream_cap=env.stdout_cap_kib * 1024,
     )
     return inv, facts, the_plan

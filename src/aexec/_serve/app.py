@@ -5,10 +5,13 @@ request of the JSONL contract in, its observation out), ``POST /observe_many`` (
 observations out in input order as they are made), ``GET /health``, ``GET /metrics``,
 ``GET /openapi.json``.
 
-What keeps it standing (`Gate`): at most ``jobs`` runs at once, at most ``queue`` more
-waiting; a request beyond that gets ``429`` with ``Retry-After``, never an unbounded
-queue. Bodies over ``max_body`` bytes get ``413``. With a token every endpoint but
-``/health`` needs ``Authorization: Bearer <token>``. A client that disconnects has its
+What keeps it standing (`Gate`, in `gate`): at most ``jobs`` runs at once, at most
+``queue`` more waiting; an ``/observe`` request beyond that gets ``429`` with
+``Retry-After``, never an unbounded queue; a ``/run_code`` request waits, but never past
+the moment its run could no longer end before its client gives up: then ``504`` with
+``Retry-After``, which SandboxFusion's clients (verl's) retry. Bodies over ``max_body``
+bytes get ``413``. With a token every endpoint but ``/health`` needs
+``Authorization: Bearer <token>``. A client that disconnects has its
 runs cancelled: aexec kills their process trees and removes their scratch roots.
 """
 
@@ -17,7 +20,6 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,79 +39,10 @@ from .._pipeline.observer import Observer
 from .._records import Candidate, ExecutionObservation
 from .._serde import dumps
 from . import sandboxfusion
+from .gate import Gate, Refused
 from .openapi import OPENAPI
 
 log = get_logger(__name__)
-
-
-class Refused(Exception):
-    """An HTTP error answer: status, one-line message, extra headers."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.headers = headers or {}
-
-    def response(self) -> Response:
-        return JSONResponse({"error": str(self)}, self.status, headers=self.headers)
-
-
-@attrs.define
-class Gate:
-    """Admission: ``jobs`` runs at once, ``queue`` more waiting, the rest refused (429)."""
-
-    jobs: int
-    queue: int
-    limiter: anyio.CapacityLimiter = attrs.field(init=False)
-    lock: anyio.Lock = attrs.field(init=False, factory=anyio.Lock)
-    admitted: int = 0
-    done: Counter[str] = attrs.field(factory=Counter)
-    sandboxfusion: Counter[str] = attrs.field(factory=Counter)
-    refused: int = 0
-
-    def __attrs_post_init__(self) -> None:
-        self.limiter = anyio.CapacityLimiter(self.jobs)
-
-    def admit(self, n: int) -> None:
-        if n > self.jobs + self.queue:
-            raise Refused(413, f"{n} requests in one batch; at most {self.jobs + self.queue} (split it)")
-        if self.admitted + n > self.jobs + self.queue:
-            self.refused += 1
-            raise Refused(429, "busy: every run slot and queue place is taken", {"Retry-After": "1"})
-        self.admitted += n
-
-    async def run(self, n: int, work: Callable[[], Awaitable[Any]], *, admitted: bool = False) -> Any:
-        """``work()`` holding ``min(n, jobs)`` run slots (one batch takes its slots at a
-        time, so two batches never hold part of theirs each); ``n`` places are given back
-        at the end (taken here unless ``admitted``)."""
-        if not admitted:
-            self.admit(n)
-        borrowers = [object() for _ in range(min(n, self.jobs))]
-        taken: list[object] = []
-        try:
-            async with self.lock:
-                for b in borrowers:
-                    await self.limiter.acquire_on_behalf_of(b)
-                    taken.append(b)
-            return await work()
-        finally:
-            for b in taken:
-                self.limiter.release_on_behalf_of(b)
-            self.admitted -= n
-
-    def metrics(self) -> dict[str, Any]:
-        running = int(self.limiter.borrowed_tokens)
-        return {
-            "jobs": self.jobs,
-            "queue": self.queue,
-            "in_flight": self.admitted,
-            "running_slots": running,
-            "queued": max(0, self.admitted - running),
-            "done": sum(self.done.values()),
-            "done_by_verdict": dict(sorted(self.done.items())),
-            "run_code_by_status": dict(sorted(self.sandboxfusion.items())),
-            "refused_busy": self.refused,
-        }
 
 
 @attrs.frozen
@@ -119,6 +52,8 @@ class Settings:
     queue: int
     max_body: int = 16 * 1024 * 1024
     token: str | None = None
+    #: The interpreter ``/run_code``'s Python programs run in (None: the server's own).
+    python: str | None = None
 
 
 async def _body(request: Request, cap: int) -> bytes:
@@ -182,30 +117,57 @@ def build(settings: Settings) -> Starlette:
     def count(o: ExecutionObservation) -> None:
         gate.done[o.verdict] += 1
 
-    async def observed(request: Request, candidate: Candidate) -> ExecutionObservation | None:
-        """``candidate`` observed in one admitted slot, counted; None if the client left."""
+    async def observed(
+        request: Request, candidate: Candidate, start_by: float | None = None
+    ) -> ExecutionObservation | None:
+        """``candidate`` observed in one admitted slot, counted; None if the client left.
+        With ``start_by``, it waits for a place and a slot until then (else 504)."""
 
         async def work() -> ExecutionObservation:
-            return await observe(candidate, observer=obs_)
+            started = anyio.current_time()
+            try:
+                o = await observe(candidate, observer=obs_)
+            except BaseException:  # the client left: past its deadline, the run's excess is its overhead
+                excess = anyio.current_time() - started - (candidate.policy.timeout_s or 0.0)
+                gate.overheads.append(max(0.0, excess))
+                raise
+            if o.timed_out:  # the worst case a request is admitted for: its run to the deadline
+                gate.overheads.append(anyio.current_time() - started - o.duration)
+            return o
 
-        gate.admit(1)
-        left, o = await cancel_on_disconnect(request.receive, lambda: gate.run(1, work, admitted=True))
+        async def admitted() -> ExecutionObservation | Refused:
+            try:
+                return await gate.run(1, work, admitted=start_by is None, start_by=start_by)  # type: ignore[no-any-return]
+            except Refused as e:  # raised out here, not inside the task group
+                return e
+
+        if start_by is None:
+            gate.admit(1)
+        left, o = await cancel_on_disconnect(request.receive, admitted)
+        if isinstance(o, Refused):
+            raise o
         if left:
             return None
         count(o)
         return o  # type: ignore[no-any-return]
 
     async def run_code(request: Request) -> Response:
+        arrived = anyio.current_time()
         body = _json(await _body(request, settings.max_body), "body")
         try:
-            candidate = sandboxfusion.request(body)
+            candidate = sandboxfusion.request(body, python=settings.python)
             validate(candidate)
         except sandboxfusion.Invalid as e:
             return JSONResponse(e.body(), 422)
+        except sandboxfusion.Unavailable as e:
+            gate.sandboxfusion["SandboxError"] += 1
+            return JSONResponse(e.body())
         except RequestError as e:  # what only the pipeline's checks see (a NUL in the code)
             return JSONResponse(sandboxfusion.Invalid("code", str(e).splitlines()[0], None).body(), 422)
 
-        o = await observed(request, candidate)
+        o = await observed(
+            request, candidate, arrived + sandboxfusion.start_within(body, candidate, gate.overhead())
+        )
         if o is None:
             return Response(status_code=499)
         answer = sandboxfusion.response(o, candidate.language)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._api import VERSION
-from .sandboxfusion import LANGUAGES
+from .sandboxfusion import LANGUAGES, OTHER_LANGUAGES
 
 _COMMAND = {
     "type": "object",
@@ -23,7 +23,11 @@ _REFUSALS = {
     "400": {"description": "a malformed request (one line naming what is wrong)"},
     "401": {"description": "a bearer token is required"},
     "413": {"description": "the body is over the cap"},
-    "429": {"description": "busy: retry after the Retry-After header's seconds"},
+    "429": {"description": "busy (/observe, /observe_many): retry after the Retry-After header's seconds"},
+    "504": {
+        "description": "busy (/run_code): the run could not start in time to end before the client"
+        " gives up (compile_timeout + run_timeout + 10 s); retry after Retry-After"
+    },
 }
 
 
@@ -55,7 +59,7 @@ OPENAPI: dict[str, Any] = {
                 "required": ["code", "language"],
                 "properties": {
                     "code": {"type": "string"},
-                    "language": {"type": "string", "enum": sorted(LANGUAGES)},
+                    "language": {"type": "string", "enum": sorted(LANGUAGES.keys() | OTHER_LANGUAGES)},
                     "compile_timeout": {"type": "number", "default": 10},
                     "run_timeout": {"type": "number", "default": 10},
                     "memory_limit_MB": {"type": "integer", "default": -1},

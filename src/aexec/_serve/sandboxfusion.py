@@ -23,11 +23,18 @@ the source before the run, and ``fetch_files`` are read back after it into the a
 ``files`` (path → base64; a path the run left absent, or over its cap, is left out): the
 request's ``stdin``, ``files`` and ``fetch_files`` (docs/contract.md). A path that leaves
 the run's directory is refused (422 naming the field).
+
+Output follows SandboxFusion's runner: each of stdout and stderr keeps its first MiB
+(`OUTPUT_KIB`, the request's ``policy.output_kib``), the rest is dropped without a mark. A
+memory failure is what SandboxFusion reports for one: the run ``Finished`` with a non-zero
+``return_code``, never a time limit. A language SandboxFusion names but aexec does not
+run here (`Unavailable`) is SandboxFusion's ``SandboxError`` answer, not a 422.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import signal
 from typing import Any
 
@@ -35,7 +42,7 @@ import attrs
 
 from .._errors import RequestError
 from .._records import Candidate, ExecutionObservation, Policy
-from .._types import LanguageName
+from .._types import TRUNCATION_MARKER, LanguageName
 
 #: SandboxFusion's language names (its ``Language`` literal, plus the aliases its users
 #: send) → aexec's.
@@ -50,7 +57,47 @@ LANGUAGES: dict[str, LanguageName] = {
     "javascript": "javascript",
     "js": "javascript",
     "sql": "sql",
+    "bash": "bash",
 }
+#: SandboxFusion's other languages (its ``Language`` literal, and its PyPI client's):
+#: known to its clients, so answered in its own form (`Unavailable`), not as unknown (422).
+OTHER_LANGUAGES: frozenset[str] = frozenset(
+    [
+        "go",
+        "go_test",
+        "php",
+        "csharp",
+        "typescript",
+        "cuda",
+        "lua",
+        "R",
+        "perl",
+        "D_ut",
+        "ruby",
+        "scala",
+        "julia",
+        "pytest",
+        "junit",
+        "kotlin_script",
+        "jest",
+        "verilog",
+        "python_gpu",
+        "lean",
+        "swift",
+        "racket",
+        "python2",
+        "gtest",
+        "react",
+    ]
+)
+#: SandboxFusion's runner keeps the first MiB of each stream (``_MAX_CAPTURED_OUTPUT_BYTES``).
+OUTPUT_KIB = 1024
+#: verl's client waits ``compile_timeout + run_timeout`` plus this (its ``API_TIMEOUT``)
+#: for an answer, then gives up; it retries a 504 only.
+CLIENT_SLACK_S = 10.0
+#: What a run may take beyond its deadline (preparing, the kill, the pipes' grace,
+#: collecting, the answer) at least; the server measures it (`Gate.overhead`).
+RUN_OVERHEAD_S = 3.0
 #: aexec languages with a compile step SandboxFusion reports as ``compile_result``.
 COMPILED: frozenset[str] = frozenset({"c", "cpp", "rust", "java"})
 #: Failure classes of a build step (docs/contract.md: "before the program runs").
@@ -92,14 +139,49 @@ def _timeout(body: dict[str, Any], name: str) -> float:
     return float(value)
 
 
-def request(body: Any, *, request_id: str | None = None) -> Candidate:
-    """A ``/run_code`` body → the `Candidate` that runs it; `Invalid` names what is wrong."""
+@attrs.frozen
+class Unavailable(Exception):
+    """A language SandboxFusion has and aexec does not run here: its ``SandboxError``."""
+
+    language: str
+
+    def body(self) -> dict[str, Any]:
+        message = f"aexec runs no {self.language} here (its languages: {', '.join(LANGUAGES)})"
+        return {
+            "status": "SandboxError",
+            "message": message,
+            "compile_result": None,
+            "run_result": None,
+            "executor_pod_name": None,
+            "files": {},
+        }
+
+
+def start_within(body: dict[str, Any], candidate: Candidate, overhead: float = RUN_OVERHEAD_S) -> float:
+    """Seconds a request may wait to start and still end before its client gives up:
+    the client's patience (verl's: ``compile_timeout + run_timeout + 10``) less the
+    run's own deadline and ``overhead``, what a run takes beyond its own time."""
+    patience = _timeout(body, "compile_timeout") + _timeout(body, "run_timeout") + CLIENT_SLACK_S
+    return max(0.0, patience - (candidate.policy.timeout_s or DEFAULT_TIMEOUT_S) - overhead)
+
+
+def request(
+    body: Any,
+    *,
+    request_id: str | None = None,
+    python: str | None = None,
+) -> Candidate:
+    """A ``/run_code`` body → the `Candidate` that runs it; `Invalid` names what is wrong,
+    `Unavailable` a language of SandboxFusion's aexec does not run. A Python program runs
+    in ``python`` (an interpreter) when the server has one."""
     if not isinstance(body, dict):
         raise Invalid("body", "the request must be a JSON object", None, "model_attributes_type")
     code = body.get("code")
     if not isinstance(code, str):
         raise Invalid("code", "Field required" if code is None else "code must be a string", code, "missing")
     name = body.get("language")
+    if name in OTHER_LANGUAGES:
+        raise Unavailable(name)
     if name not in LANGUAGES:
         expected = ", ".join(f"'{n}'" for n in LANGUAGES)
         raise Invalid(
@@ -122,6 +204,7 @@ def request(body: Any, *, request_id: str | None = None) -> Candidate:
         policy = Policy(
             timeout_s=timeout,
             ram_mib=ram if isinstance(ram, int) and not isinstance(ram, bool) and ram > 0 else None,
+            output_kib=OUTPUT_KIB,
         )
         return Candidate(
             "run_entry",
@@ -133,6 +216,7 @@ def request(body: Any, *, request_id: str | None = None) -> Candidate:
             stdin=stdin or None,
             files=files,
             fetch_files=fetch,
+            python=python if language == "python" else None,
         )
     except RequestError as e:
         field = str(e).split(" ", 1)[0].split(":", 1)[0].split("[", 1)[0]
@@ -150,6 +234,24 @@ def _return_code(obs: ExecutionObservation) -> int | None:
     return None
 
 
+_MARK = re.compile(
+    re.escape(TRUNCATION_MARKER)
+    .replace(r"\{dropped\}", r"\d+")
+    .replace(r"\{stream\}", r"(?:stdout|stderr)")
+    .replace(r"\{cap\}", r"(\d+)")
+    + r"\Z"
+)
+
+
+def uncut(text: str, cap_kib: int) -> str:
+    """A stream as SandboxFusion returns one: its first bytes, without aexec's mark of
+    what was dropped (`TRUNCATION_MARKER`, written only after ``cap_kib`` KiB kept)."""
+    m = _MARK.search(text)
+    if m is None or int(m.group(1)) != cap_kib * 1024:
+        return text
+    return text[: m.start()]
+
+
 def _command(
     status: str, obs: ExecutionObservation, *, stdout: str, stderr: str, rc: int | None
 ) -> dict[str, Any]:
@@ -157,8 +259,8 @@ def _command(
         "status": status,
         "execution_time": obs.duration,
         "return_code": rc,
-        "stdout": stdout,
-        "stderr": stderr,
+        "stdout": uncut(stdout, obs.environment.stdout_cap_kib),
+        "stderr": uncut(stderr, obs.environment.stderr_cap_kib),
     }
 
 
@@ -202,8 +304,14 @@ def response(obs: ExecutionObservation, language: str) -> dict[str, Any]:
             "stderr": "",
         }
     rc = _return_code(obs)
-    status = "TimeLimitExceeded" if obs.timed_out else "Finished"
+    # A memory failure (the cap's kill, or the runtime's own report) ends the run, as in
+    # SandboxFusion: Finished with a non-zero status, whatever the clock said.
+    memory = any(f.failure_class == "resource" for f in obs.failures)
+    timed_out = obs.timed_out and not memory
+    if memory and not rc:
+        rc = -signal.SIGKILL
+    status = "TimeLimitExceeded" if timed_out else "Finished"
     out["run_result"] = _command(status, obs, stdout=obs.stdout, stderr=obs.stderr, rc=rc)
-    if obs.timed_out or rc != 0 or failure is not None:
+    if timed_out or rc != 0 or failure is not None:
         out["status"] = "Failed"
     return out

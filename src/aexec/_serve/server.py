@@ -13,9 +13,11 @@ scratch roots — and the observer's warm interpreters are stopped before the ca
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import signal
 import socket
+import tempfile
 from collections.abc import Callable
 
 import anyio
@@ -23,6 +25,7 @@ import attrs
 
 from .._api import observer as make_observer
 from .._boundary.supervise import Supervisor
+from .._environments.spec import EnvBroken, EnvSpec, from_json
 from .._errors import RequestError
 from .._log import get_logger
 from .._options import Options
@@ -41,6 +44,10 @@ class ServeConfig:
     token: str | None = None
     #: Seconds requests in flight may take to finish after SIGTERM before they are cancelled.
     grace: float = 5.0
+    #: What ``/run_code``'s Python programs run in: an interpreter, or a declared
+    #: environment (built once, at the start; its interpreter is then the one).
+    python: str | None = None
+    environment: EnvSpec | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -64,6 +71,35 @@ def read_token(path: str) -> str:
     return token
 
 
+def read_environment(text: str) -> EnvSpec:
+    """``--environment``: a declared environment, as JSON or ``@FILE``; `RequestError`."""
+    if text.startswith("@"):
+        try:
+            with open(text[1:], encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise RequestError(
+                f"--environment {text}: cannot read: {getattr(e, 'strerror', None) or e}"
+            ) from None
+    try:
+        return from_json(json.loads(text))
+    except ValueError as e:
+        raise RequestError(f"--environment: {str(e).splitlines()[0]}") from None
+
+
+def environment_python(spec: EnvSpec, options: Options) -> str:
+    """``--environment``: the declared environment's interpreter, built once (aexec's
+    environment store: later starts find it built); `RequestError` if it cannot be."""
+    from .._environments.build import default_root, ensure
+
+    root = options.env_dir or default_root(options.cache_dir)
+    with tempfile.TemporaryDirectory(prefix="aexec-serve-env-") as nothing:  # no project of its own
+        try:
+            return ensure(spec, nothing, root).python
+        except EnvBroken as e:
+            raise RequestError(f"--environment: {e}") from None
+
+
 def check_config(config: ServeConfig) -> None:
     """What must hold before the server starts; `RequestError` naming the flag."""
     if not is_loopback(config.host) and config.token is None:
@@ -75,6 +111,8 @@ def check_config(config: ServeConfig) -> None:
             raise RequestError(
                 f"--{name} must be >= {1 if name == 'jobs' else 0}, got {getattr(config, name)}"
             )
+    if config.python is not None and not os.access(config.python, os.X_OK):
+        raise RequestError(f"--python {config.python}: not an executable file")
     if not 0 <= config.port <= 65535:
         raise RequestError(f"--port must be in [0, 65535], got {config.port}")
 
@@ -111,6 +149,9 @@ async def serve(
     from hypercorn.config import Config
 
     check_config(config)
+    python = config.python
+    if config.environment is not None:  # built (or found built) before the port opens
+        python = await anyio.to_thread.run_sync(environment_python, config.environment, options)
     sock = listen(config.host, config.port)
     stopping = stop or anyio.Event()
     with sock:
@@ -123,7 +164,16 @@ async def serve(
         hc.errorlog = None  # the application logs its own errors, through aexec._log
         hc.keep_alive_timeout = 75.0
         async with make_observer(options, supervisor=supervisor) as obs:
-            app = build(Settings(obs, config.jobs, config.queue, config.max_body, config.token))
+            app = build(
+                Settings(
+                    obs,
+                    config.jobs,
+                    config.queue,
+                    config.max_body,
+                    config.token,
+                    python=python,
+                )
+            )
             async with anyio.create_task_group() as tg:
                 if signals:
                     tg.start_soon(_stop_on_signal, stopping)

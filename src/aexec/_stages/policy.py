@@ -42,6 +42,7 @@ def declare(
     timeout = DEFAULT_TIMEOUT_S[mode] if overrides.timeout_s is None else float(overrides.timeout_s)
     ram = default_ram_mib(request_type) if overrides.ram_mib is None else overrides.ram_mib
     cores = DEFAULT_CPU_CORES if overrides.cpu_cores is None else float(overrides.cpu_cores)
+    output_kib = STREAM_CAP_BYTES // 1024 if overrides.output_kib is None else overrides.output_kib
     if not 0 < timeout <= MAX_TIMEOUT_S:
         raise RequestError(f"policy.timeout_s must be in (0, {MAX_TIMEOUT_S:g}], got {timeout:g}")
     if not isinstance(ram, int) or not MIN_RAM_MIB <= ram <= MAX_RAM_MIB:
@@ -56,8 +57,8 @@ def declare(
         timeout_s=timeout,
         fs_boundary=FsBoundary(scratch_root="", repo_ro=repo_ro, repo_view=repo_view),
         network="deny_by_default",
-        stdout_cap_kib=STREAM_CAP_BYTES // 1024,
-        stderr_cap_kib=STREAM_CAP_BYTES // 1024,
+        stdout_cap_kib=output_kib,
+        stderr_cap_kib=output_kib,
         enforced=dict(enforced),
     )
 

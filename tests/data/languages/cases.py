@@ -129,5 +129,16 @@ CASES: list[dict[str, Any]] = [
     case('sql', 'resource_memory', 'SELECT length(randomblob(400000000));\n', 'resource', 'main.sql:1', limits=(f"--as={256 * MiB}",)),
     case('sql', 'runtime_constraint', 'CREATE TABLE t(a INTEGER UNIQUE);\nINSERT INTO t VALUES (1);\nINSERT INTO t VALUES (1);\n', 'runtime', 'main.sql:3'),
     case('sql', 'timeout', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)\nSELECT count(*) FROM c;\n', 'timeout', '', timeout_s=2.0),
+    case('bash', 'pass', 'read a b\necho $((a + b))\n', None),
+    case('bash', 'build_pass', 'for i in 1 2; do\n  echo "$i"\ndone\n', None, '', request_type='build_check'),
+    case('bash', 'syntax', 'echo before\nif true; then\n  echo inside\nfi fi\n', 'syntax', 'main.sh:4'),
+    case('bash', 'syntax_eof', 'echo before\nif true; then\n  echo inside\n', 'syntax', 'main.sh:4'),
+    case('bash', 'build_syntax', 'while true\n  echo x\ndone\n', 'syntax', 'main.sh:3', request_type='build_check'),
+    case('bash', 'dependency', 'echo start\nno_such_tool_aexec --version\n', 'dependency', 'main.sh:2'),
+    case('bash', 'runtime_exit', 'echo working\nexit 3\n', 'runtime', ''),
+    case('bash', 'runtime_unbound', 'set -u\necho "$missing"\n', 'runtime', 'main.sh:2'),
+    case('bash', 'runtime_arith', 'echo start\nx=$(( 1 + ))\n', 'runtime', 'main.sh:2'),
+    case('bash', 'resource_fsize', 'printf "%5000s" x > big.txt\n', 'resource', '', limits=('--fsize=1024',)),
+    case('bash', 'timeout', 'while :; do :; done\n', 'timeout', '', timeout_s=2.0),
 ]
 # fmt: on
