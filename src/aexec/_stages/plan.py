@@ -314,6 +314,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
             "etc": facts.box.etc,
             "tmp": scratch.tmp,
             "tmp_targets": list(TMP_TARGETS),
+            "repo_view": scratch.work if facts.box.repo is not None else None,
             "seccomp": facts.box.seccomp,
         }
     instructions: Instructions = {
