@@ -95,12 +95,15 @@ import pytest
 
 from mylint import lint
 
+HERE = os.path.abspath(os.path.dirname(__file__))
 TMP = os.path.join("/tmp", "lint-input")
 
 
-@pytest.mark.parametrize("path", [os.path.join(TMP, "mymodule.py"), "mymodule.py"])
+@pytest.mark.parametrize(
+    "path", [os.path.join(HERE, "mymodule.py"), os.path.join(TMP, "input.py"), "mymodule.py"]
+)
 def test_stdin(path):
-    assert lint(path) == "mymodule.py: ok"
+    assert lint(path) == os.path.basename(path) + ": ok"
 
 
 def test_fixed():
@@ -117,10 +120,10 @@ def lint(path):
 
 
 def test_swebench_resolves_a_path_parameter_by_pylints_names(tmp_path: Path) -> None:
-    """``aexec swebench`` on a real repo whose test is parametrized by an absolute tmp
-    path, graded with the names SWE-bench's pylint lists carry. (A path under the run's
-    scratch root would differ between the run and its confirming re-run: see the
-    report of issue 39.)"""
+    """``aexec swebench`` on a real repo whose test is parametrized by absolute paths (a
+    tmp path; as pylint's, a path of the checkout: the same in a run and its confirming
+    re-run, since the run works at one path of its view), graded with the names
+    SWE-bench's pylint lists carry."""
     repo = make_git_repo(
         tmp_path / "mylint",
         {"mylint/__init__.py": LINT, "tests/test_self.py": TEST_SELF, "tests/mymodule.py": ""},
@@ -133,7 +136,7 @@ def test_swebench_resolves_a_path_parameter_by_pylints_names(tmp_path: Path) -> 
             )
         },
     )
-    p2p = ["tests/test_self.py::test_stdin[/mymodule.py]", "tests/test_self.py::test_stdin[mymodule.py]"]
+    p2p = [f"tests/test_self.py::test_stdin[{p}]" for p in ("/mymodule.py", "/input.py", "mymodule.py")]
     instances = [
         {
             "instance_id": ident,
@@ -158,5 +161,5 @@ def test_swebench_resolves_a_path_parameter_by_pylints_names(tmp_path: Path) -> 
     assert pylint["expected_unmatched"] == []
     # a repo SWE-bench parses with pytest's own names: the shortened name is no test's
     other = report["instances"]["other__mylint-1"]
-    assert other["tests_status"]["PASS_TO_PASS"] == {"success": p2p[1:], "failure": p2p[:1]}
-    assert [u["test"] for u in other["expected_unmatched"]] == p2p[:1]
+    assert other["tests_status"]["PASS_TO_PASS"] == {"success": p2p[2:], "failure": p2p[:2]}
+    assert [u["test"] for u in other["expected_unmatched"]] == p2p[:2]
