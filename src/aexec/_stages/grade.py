@@ -19,7 +19,8 @@ when the id has more ``[`` than ``]`` (a parametrized id SWE-bench cut at its fi
 space, ``t.py::test_f[a`` for ``t.py::test_f[a b]``), every test whose id starts with
 it. Where SWE-bench's parser for the repo rewrites ids (``test_ids``, `swebench_id`), a
 test also answers to the id that parser writes for it. It passed when it answers to one
-test or more and every one of them passed. An id no test answers to is named in the observation (`unmatched`), with the reason.
+test or more and every one of them passed. An id no test answers to is named in the
+observation (`unmatched`), with the reason.
 """
 
 from __future__ import annotations
