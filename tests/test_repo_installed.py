@@ -93,6 +93,11 @@ async def test_a_tests_subprocess_imports_the_candidates_copy_warm_and_cold(
     sites = list(Path(built.path).glob(f"lib/python*/site-packages/{REPO_PTH}"))
     assert [p.read_text().split() for p in sites] == [[REPO_VIEW, f"{REPO_VIEW}/src"]]
     assert not os.path.exists(REPO_VIEW)  # on the host, the .pth's path is no path: ignored
+    # Without namespaces there is no view, so no fixed path: as before, a subprocess finds
+    # the repo only from its cwd or a PYTHONPATH naming it (docs/environments.md).
+    (obs,) = await observe_many([cand], options=Options(env_dir=str(root), namespaces=False))
+    assert [t.verdict for t in obs.test_results] == ["failed", "failed"]
+    assert "No module named pkg" in str(obs.failure and obs.failure.message), obs.failure
 
 
 def test_the_editable_install_is_part_of_the_environments_key() -> None:
