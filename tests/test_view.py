@@ -118,7 +118,7 @@ for where in (repo, os.getcwd()):
             look(" ".join(argv) + " in " + where, done.stdout)
         except OSError:
             pass
-own = os.path.dirname(os.getcwd()) + "/"  # this run's scratch root (under /root, say)
+own = os.path.dirname(os.environ["HOME"]) + "/"  # this run's scratch root (under /root, say)
 for home in ("/home", "/root"):
     for dirpath, dirnames, filenames in os.walk(home):
         if any(part in dirpath + "/" for part in ("/.pyenv/", "/.rustup/", "/.cargo/", own)):

@@ -196,7 +196,7 @@ def a_box(tmp_path: Path) -> dict[str, Any]:
     # supervisor_pids names no process: the driver must refuse to build it, with BOX_FAILED
     return {"supervisor_pids": [], "uid": 65534, "gid": 65534, "scratch_root": str(tmp_path),
             "readonly": [], "hidden": [], "etc": None, "tmp": str(tmp_path),
-            "tmp_targets": [], "seccomp": True}  # fmt: skip
+            "tmp_targets": [], "repo_view": None, "seccomp": True}  # fmt: skip
 
 
 def observed_caps(driver: str, tmp_path: Path) -> tuple[int, int, int]:

@@ -28,6 +28,7 @@ from ._types import (
     PLUGIN_LOADING,
     REQUEST_TYPES,
     RUNNER_NAMES,
+    TEST_IDS,
     ArtifactShape,
     FailureClass,
     LanguageName,
@@ -35,6 +36,7 @@ from ._types import (
     PluginLoading,
     RequestType,
     RunnerName,
+    TestIds,
     TestVerdict,
     Verdict,
 )
@@ -126,11 +128,13 @@ class Candidate:
         default="auto", validator=attrs.validators.in_(PLUGIN_LOADING)
     )
 
-    # SWE-bench-style grading (``aexec._stages.grade``): the expected tests, as pytest
-    # node ids, and the oracle diff applied after ``patch`` (never counted as tampering).
+    # SWE-bench-style grading (``aexec._stages.grade``): the expected tests, as pytest node
+    # ids (or as SWE-bench's parser ``test_ids`` names them), and the oracle diff applied
+    # after ``patch`` (never counted as tampering).
     fail_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     pass_to_pass: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
     test_patch: str | None = None
+    test_ids: TestIds = attrs.field(default="pytest", validator=attrs.validators.in_(TEST_IDS))
     #: A declared environment aexec builds (``aexec._environments``), instead of ``python``.
     environment: EnvSpec | None = None
 
@@ -261,8 +265,7 @@ class Flags:
     parse_uncertain: bool = False
     #: A passing suite was re-run in a fresh scratch root and the re-run agreed.
     reverified: bool = False
-    #: The run was lost with the machine it ran on (a Ray worker or node died) and was
-    #: run again elsewhere; this is the observation of the run that finished.
+    #: Lost with its machine (a Ray worker or node died), run again elsewhere: this is that run.
     retried: bool = False
     #: The selection cannot run in the declared environment, and the unpatched repo fails
     #: the same way: not the candidate's fault (``verdict`` is ``error``; see `EnvFault`).
@@ -302,8 +305,7 @@ class UnmatchedTest:
     """An expected test id of a graded request that no test that ran answers to
     (`aexec._stages.grade.matches`): it did not pass, and ``reason`` says why."""
 
-    #: ``fail_to_pass`` or ``pass_to_pass``.
-    field: str
+    field: str  # fail_to_pass or pass_to_pass
     test: str
     reason: str
 
@@ -322,8 +324,7 @@ class Change:
     #: Relative to the scratch root (``work/out.txt``, ``tmp/x``).
     path: str
     change: str  # "added" | "modified" | "deleted"
-    #: Bytes now (None when deleted).
-    size: int | None
+    size: int | None  # bytes now (None when deleted)
     #: SHA-256 of the contents now; None when deleted, not a regular file, or over the cap.
     sha256: str | None
     #: A unified diff, for a small text file whose earlier text is known; else None.
@@ -382,8 +383,7 @@ class ExecutionObservation:
     changes: tuple[Change, ...] = ()
     #: Changed paths not listed in ``changes`` (over its cap).
     changes_omitted: int = 0
-    #: ``sql``: the tables whose rows changed.
-    changed_tables: tuple[TableChange, ...] = ()
+    changed_tables: tuple[TableChange, ...] = ()  # ``sql``: the tables whose rows changed
     #: Graded requests only (else None): every expected FAIL_TO_PASS and PASS_TO_PASS
     #: test passed, the candidate did not tamper, and the observation is not ``error``.
     resolved: bool | None = None

@@ -12,7 +12,7 @@ from ._environments.spec import from_json
 from ._errors import RequestError
 from ._records import Candidate, Environment, ExecutionObservation, Policy
 from ._stages.policy import with_scratch
-from ._types import LANGUAGE_NAMES, PLUGIN_LOADING
+from ._types import LANGUAGE_NAMES, PLUGIN_LOADING, TEST_IDS
 
 _converter = make_converter()
 _CANDIDATE_FIELDS = frozenset(a.name for a in attrs.fields(Candidate))
@@ -85,6 +85,8 @@ def candidate(data: Any) -> tuple[Candidate, list[str]]:
     plugins = fields.get("pytest_plugins")
     if plugins is not None and plugins not in PLUGIN_LOADING:
         raise RequestError(f"pytest_plugins must be one of {', '.join(PLUGIN_LOADING)}, got {plugins!r}")
+    if fields.get("test_ids", "pytest") not in TEST_IDS:
+        raise RequestError(f"test_ids must be one of {', '.join(TEST_IDS)}, got {fields['test_ids']!r}")
     try:
         return Candidate(**fields), ignored  # every field checked by the record itself
     except TypeError as e:  # a field the record does not take in this form

@@ -236,6 +236,7 @@ def candidate(instance: Instance, prediction: Prediction) -> Candidate:
         pass_to_pass=instance.pass_to_pass,
         runner=instance.runner,
         runner_reason=instance.runner_reason,
+        test_ids=runners.ids_of_instance(instance.instance_id),
         policy=Policy(timeout_s=instance.timeout_s or TIMEOUT_S),
     )
 

@@ -14,7 +14,7 @@ import ctypes
 import os
 from typing import TYPE_CHECKING, Any
 
-from . import kernel, mounts, view
+from . import kernel, mounts, view, wire
 
 if TYPE_CHECKING:
     from .wire import Box
@@ -133,5 +133,6 @@ def _fill_template(box: Box, tree: int, base: str | None, held: list[int]) -> No
         view.place(root + path, what, source, bind)
     if base is not None:
         view.mkdirs(root + base)  # each run mounts a tmpfs of its own over it
+    view.mkdirs(root + wire.REPO_VIEW)  # a run with a repo binds its copy there
     os.mkdir(root + os.path.dirname(view.HOST), 0)  # only root may traverse it
     os.mkdir(root + view.HOST, 0)

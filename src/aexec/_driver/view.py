@@ -8,7 +8,7 @@ Two ways to the same view, each ending in ``pivot_root``:
   a tmpfs, one read-only bind per system directory and toolchain prefix (symlinks made
   as links), the cut /etc, a /dev of a few nodes, sealed read-only at once; then the
   run's own mounts (a fresh /proc and devpts, the scratch root and tmp writable, a
-  hidden repo).
+  hidden repo, the copy of the repo at ``wire.REPO_VIEW`` too).
 * `build_view` with a template (a fork server's run): the read-only part is assembled
   ONCE per server and view (`template`) as a detached mount tree (``fsmount``,
   ``open_tree`` + ``move_mount``, ``mount_setattr``), sealed read-only and private.
@@ -29,7 +29,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any
 
-from . import kernel, mounts
+from . import kernel, mounts, wire
 
 if TYPE_CHECKING:
     from .wire import Box
@@ -81,6 +81,8 @@ def plan(box: Box, hold: Any) -> tuple[list[Op], list[Op], list[str]]:
         first, *others = box["tmp_targets"]
         ops += [(target, "link", first) for target in others]
         writable.append((first, hold(box["tmp"])))
+    if box["repo_view"] is not None:  # the path an environment's editable install names
+        writable.append((wire.REPO_VIEW, hold(box["repo_view"])))
     ops += [(path, "rw", fd) for path, fd in writable]
     ops.sort(key=lambda op: op[0].split("/"))  # a parent before what is under it
     paths = [path for path, _ in writable]
@@ -297,6 +299,8 @@ def _from_template(box: Box, tree: int, held: list[int]) -> None:
             kernel.MS_REMOUNT | kernel.MS_BIND | kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NODEV,
         )
     kernel.mount(f"/proc/self/fd/{root_fd}", STAGE + scratch_root, None, kernel.MS_BIND | kernel.MS_REC)
+    if box["repo_view"] is not None:  # on the mount point every template has
+        kernel.mount(STAGE + box["repo_view"], STAGE + wire.REPO_VIEW, None, kernel.MS_BIND | kernel.MS_REC)
     if first is not None:  # what the view binds under the tmp target (a venv under /tmp)
         extra = [p for p in box["readonly"] if mounts.under(p, first) and os.path.lexists(p)]
         if extra:

@@ -24,6 +24,9 @@ from typing import Any, Literal, TypedDict, Union
 FRAME_CAP = 32
 #: Characters kept of an exception's message, or a collection error's text.
 MESSAGE_CAP = 4096
+#: Where every run's view holds its copy of the repo too (`Box.repo_view`): the path an
+#: environment's editable install of the repo names (``aexec._environments.build``).
+REPO_VIEW = "/.aexec-repo"
 #: The exit status of a run whose boundary could not be built; nothing of it ran.
 BOX_FAILED = 125
 #: The exit status of a warm run that ended as soon as it started (`GoColdRecord`).
@@ -65,6 +68,8 @@ class Box(TypedDict):
     #: The scratch tmp, bound writable over each of ``tmp_targets``.
     tmp: str
     tmp_targets: list[str]
+    #: The run's copy of the repo (under ``scratch_root``), bound at `REPO_VIEW` as well.
+    repo_view: str | None
     #: Install the syscall filter (``_driver/seccomp.py``) in the candidate.
     seccomp: bool
 

@@ -14,12 +14,14 @@ Only the repo's base (the checkout the request names, never a candidate's patch)
 read, and its setup code runs in a copy under ``tmp/``. Every uv step runs confined
 (`confine`): the root the only writable path (its parts other than ``uv-cache/`` and
 ``envs/`` hidden), as the build's own uid, the package index its only network. The
-environment holds dependencies only, never the repo (`EnvSpec.install`).
+environment holds dependencies only, never the repo's files: with ``install: deps`` its
+editable install names where every run's view holds the run's copy (`install_repo_view`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import re
@@ -31,6 +33,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from .._driver.wire import REPO_VIEW
 from .._log import get_logger
 from .._stages.keys import environment_key, resolution_key, setup_key
 from . import confine
@@ -259,6 +262,19 @@ def _lock_of(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
     return str(once(root, rkey, os.path.join(root, "resolved", rkey + ".json"), resolve)[1]["lock"])
 
 
+#: The editable install's file in site-packages (``.pth``: read by every interpreter start).
+REPO_PTH = "aexec-repo.pth"
+
+
+def install_repo_view(env: str) -> None:
+    """The repo installed as ``pip install -e .`` does, for every process of a run: a
+    ``.pth`` naming where the run's view holds its copy (its root, and ``src/`` in a src
+    layout; `aexec._driver.view`). Outside a view the path does not exist: ignored."""
+    for site in glob.glob(os.path.join(env, "lib", "python*", "site-packages")):
+        with open(os.path.join(site, REPO_PTH), "w", encoding="utf-8") as f:
+            f.write(f"{REPO_VIEW}\n{REPO_VIEW}/src\n")
+
+
 def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
     """The environment ``spec`` declares for ``repo``'s base: from the cache, or built
     (once per key, whoever else asks at the same time). Raises `EnvBroken`: kind
@@ -286,7 +302,8 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
     )
     lock = _lock_of(spec, repo, interpreter, exclude, root, rkey)
     lock_hash = hashlib.sha256(lock.encode()).hexdigest()
-    key = environment_key(interpreter=ident, lock_hash=lock_hash, setup_hash=setup)
+    repo_at = REPO_VIEW if spec.install == "deps" else None
+    key = environment_key(interpreter=ident, lock_hash=lock_hash, setup_hash=setup, repo_at=repo_at)
     path = os.path.join(root, "envs", key)
     python = os.path.join(path, "bin", "python")
 
@@ -327,6 +344,8 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
         argv += ["--compile-bytecode"] if version_tuple(version) >= (3, 7) else []  # uv's needs 3.7
         argv += ["-r", lockfile]
         uv_step(root, key, "installing (uv pip install)", argv, cwd=root, writable=[path], python=interpreter)
+        if repo_at is not None:
+            install_repo_view(path)
         confine.seal(path)  # root's: no later build changes it
         marker = {
             "key": key,

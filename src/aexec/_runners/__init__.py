@@ -27,9 +27,17 @@ from typing import Final
 
 import attrs
 
-from .._types import RUNNER_NAMES, RunnerName
+from .._types import RUNNER_NAMES, RunnerName, TestIds
 
-__all__ = ["OWN_RUNNERS", "RUNNERS", "RUNNER_NAMES", "SuiteRunner", "runner_for_instance", "same_test"]
+__all__ = [
+    "OWN_RUNNERS",
+    "RUNNERS",
+    "RUNNER_NAMES",
+    "SuiteRunner",
+    "ids_of_instance",
+    "runner_for_instance",
+    "same_test",
+]
 
 #: The runners beyond pytest: their ids are not pytest node ids.
 OWN_RUNNERS: Final[tuple[RunnerName, ...]] = ("unittest", "django", "sympy")
@@ -217,6 +225,16 @@ def repo_of_instance_id(instance_id: str) -> str | None:
     """``django/django`` of ``django__django-11099`` (SWE-bench's id: owner__name-number)."""
     m = re.fullmatch(r"(?P<owner>[\w.-]+?)__(?P<name>[\w.-]+)-\d+", instance_id)
     return None if m is None else f"{m['owner']}/{m['name']}"
+
+
+#: The repos whose SWE-bench parser is ``parse_log_pytest_options`` (swebench's
+#: ``MAP_REPO_TO_PARSER_PY``): their expected ids are that parser's names, not pytest's.
+_PYTEST_OPTIONS: Final = frozenset({"psf/requests", "pydicom/pydicom", "pylint-dev/pylint"})
+
+
+def ids_of_instance(instance_id: str) -> TestIds:
+    """Whose names a SWE-bench instance's expected ids are (`aexec._stages.grade.swebench_id`)."""
+    return "pytest_options" if repo_of_instance_id(instance_id) in _PYTEST_OPTIONS else "pytest"
 
 
 def choose_runner(

@@ -17,8 +17,10 @@ An expected id answers to the tests that ran as SWE-bench's harness resolves it
 (swebench 5.0.2 ``grading._resolve_case``): the test with exactly that id; failing that,
 when the id has more ``[`` than ``]`` (a parametrized id SWE-bench cut at its first
 space, ``t.py::test_f[a`` for ``t.py::test_f[a b]``), every test whose id starts with
-it. It passed when it answers to one test or more and every one of them passed. An id
-no test answers to is named in the observation (`unmatched`), with the reason.
+it. Where SWE-bench's parser for the repo rewrites ids (``test_ids``, `swebench_id`), a
+test also answers to the id that parser writes for it. It passed when it answers to one
+test or more and every one of them passed. An id no test answers to is named in the
+observation (`unmatched`), with the reason.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Collection, Iterable, Mapping
 from .. import _runners as runners
 from .._errors import RequestError
 from .._records import Candidate, ExpectedFailures, TestResult, UnmatchedTest
+from .._types import TestIds
 
 __all__ = [
     "check",
@@ -40,6 +43,7 @@ __all__ = [
     "named",
     "oracle_paths_touched",
     "selection",
+    "swebench_id",
     "test_file",
     "unmatched",
     "would_resolve",
@@ -62,15 +66,36 @@ def cut_short(nodeid: str) -> bool:
     return nodeid.count("[") > nodeid.count("]")
 
 
-def matches(nodeid: str, ran: Collection[str]) -> list[str]:
+def swebench_id(test: str, rule: TestIds) -> str:
+    """The name SWE-bench's parser ``rule`` gives the test pytest calls ``test``.
+
+    ``pytest``: the id itself. ``pytest_options``: a parametrized id's parameters (from
+    its first ``[`` to its last ``]``) that start with one ``/`` and hold no ``*`` stand
+    for ``/`` and their last path component: ``t.py::f[/tmp/x/m.py]`` → ``t.py::f[/m.py]``.
+    """
+    start, end = test.find("["), test.rfind("]")
+    if rule == "pytest" or start < 0 or end < start:
+        return test
+    option = test[start + 1 : end]
+    if option.startswith("/") and not option.startswith("//") and "*" not in option:
+        option = "/" + option.rsplit("/", 1)[-1]
+    return f"{test[:start]}[{option}]"
+
+
+def matches(nodeid: str, ran: Collection[str], rule: TestIds = "pytest") -> list[str]:
     """The ids of the tests that ran that the expected ``nodeid`` answers to (swebench's
-    ``_resolve_case``): itself, or, for an id cut short, every id that starts with it."""
+    ``_resolve_case``, on the names SWE-bench's parser ``rule`` gives them): itself, else
+    every one so named, else, for an id cut short, every one whose name starts with it."""
     if nodeid in ran:
         return [nodeid]
     if "::" not in nodeid and runners.unittest_form(nodeid) is not None:
         # A unittest name in the other form: ``t (m.C)`` is ``t (m.C.t)`` (Python 3.11+).
         return [t for t in ran if runners.same_test(nodeid, t)]
-    return [t for t in ran if t.startswith(nodeid)] if cut_short(nodeid) else []
+    names = {t: swebench_id(t, rule) for t in ran}
+    found = [t for t, name in names.items() if name == nodeid]
+    if found or not cut_short(nodeid):
+        return found
+    return [t for t, name in names.items() if name.startswith(nodeid)]
 
 
 def _selector(sel: str) -> str:
@@ -153,7 +178,7 @@ def grade(
     verdicts = {r.test: r.verdict for r in results}
 
     def passed(nodeid: str) -> bool:
-        found = matches(nodeid, verdicts)
+        found = matches(nodeid, verdicts, candidate.test_ids)
         return bool(found) and all(verdicts[t] == "passed" for t in found)
 
     f2p, p2p = expected(candidate)
@@ -190,7 +215,7 @@ def unmatched(candidate: Candidate, results: Iterable[TestResult]) -> tuple[Unma
     return tuple(
         UnmatchedTest(field, nodeid, _why(nodeid, verdicts))
         for field, _, nodeid in named(candidate)
-        if field != "tests" and not matches(nodeid, verdicts)
+        if field != "tests" and not matches(nodeid, verdicts, candidate.test_ids)
     )
 
 

@@ -88,6 +88,8 @@ def observation_key(
         command["inputs"] = run_inputs(candidate)
     if expects(candidate) or candidate.test_patch is not None:
         command["grading"] = [candidate.test_patch, candidate.fail_to_pass, candidate.pass_to_pass]
+        if candidate.test_ids != "pytest":  # keys of pytest's own names unchanged
+            command["grading"].append(candidate.test_ids)
     return cache_key(aexec=aexec, code=code, environment=environment, command=command, toolchain=toolchain)
 
 
@@ -208,10 +210,12 @@ def resolution_key(*, spec: Any, interpreter: str, setup_hash: str, index: Any) 
     return cache_key(role="env-resolution", spec=spec, interpreter=interpreter, setup=setup_hash, index=index)
 
 
-def environment_key(*, interpreter: str, lock_hash: str, setup_hash: str) -> str:
-    """What is built: the interpreter, the resolved lock and the repo's setup files. Two
-    specs that resolve to one lock share one environment."""
-    return cache_key(role="environment", interpreter=interpreter, lock=lock_hash, setup=setup_hash)
+def environment_key(*, interpreter: str, lock_hash: str, setup_hash: str, repo_at: str | None = None) -> str:
+    """What is built: the interpreter, the resolved lock, the repo's setup files, and
+    where its editable install of the repo points (None: none). Two specs that resolve
+    to one lock share one environment."""
+    at = {} if repo_at is None else {"repo_at": repo_at}
+    return cache_key(role="environment", interpreter=interpreter, lock=lock_hash, setup=setup_hash, **at)
 
 
 def inplace_key(*, environment: str, requires: Any, sources: Mapping[str, str], argv: Any) -> str:

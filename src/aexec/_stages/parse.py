@@ -16,7 +16,7 @@ import attrs
 
 from .. import _languages as langs
 from .. import _runners as runners
-from .._driver.wire import BOX_FAILED, FRAME_CAP, ExceptionRecord
+from .._driver.wire import BOX_FAILED, FRAME_CAP, REPO_VIEW, ExceptionRecord
 from .._raw import RawRun
 from .._types import MESSAGE_CAP_CHARS, TestVerdict
 from .classify import Runner
@@ -103,8 +103,9 @@ class Evidence:
 def _display(path: str, cwd: str, snippet: str | None) -> str:
     if snippet is not None and path == snippet:
         return SNIPPET_NAME
-    if path.startswith(cwd + os.sep):
-        return os.path.relpath(path, cwd)
+    for where in (cwd, REPO_VIEW):  # the repo's copy, at its scratch path or in the view's
+        if path.startswith(where + os.sep):
+            return os.path.relpath(path, where)
     return path
 
 

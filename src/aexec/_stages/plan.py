@@ -9,13 +9,13 @@ pytest is asked — and returns it frozen, to be written as the wire's `Instruct
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
 from .. import _languages as langs
 from .. import _runners as runners
-from .._driver.wire import Box, Instructions, Runner, StepSpec
+from .._driver.wire import REPO_VIEW, Box, Instructions, Runner, StepSpec
 from .._records import Environment
 from .policy import Limits, limits
 
@@ -180,7 +180,7 @@ def candidate_env(scratch: Scratch, python: str, *, autoload: bool = True) -> di
     return env
 
 
-def pytest_args(facts: RunFacts) -> list[str]:
+def pytest_args(facts: RunFacts, rootdir: str | None = None) -> list[str]:
     """What pytest is asked: aexec's fixed options, then the request's selection — or, for
     a ``command`` that runs pytest (`pytest_command` chose the pytest runner), its own
     pytest arguments."""
@@ -188,7 +188,23 @@ def pytest_args(facts: RunFacts) -> list[str]:
     if facts.runner == "pytest" and facts.argv:
         chosen = list(facts.argv[1:] if facts.argv[0] in ("pytest", "py.test") else facts.argv[3:])
     cache = f"cache_dir={os.path.join(facts.scratch.tmp, 'pytest-cache')}"
-    return [*PYTEST_ARGS, "-o", cache, f"--rootdir={facts.scratch.work}", *chosen]
+    return [*PYTEST_ARGS, "-o", cache, f"--rootdir={rootdir or facts.scratch.work}", *chosen]
+
+
+def in_view(facts: RunFacts) -> Callable[[str], str]:
+    """A path of the run's copy of the repo as the run sees it: a Python run with a repo
+    under the boundary works at `REPO_VIEW` (one path for every run, as SWE-bench's
+    ``/testbed``: a test id or a message holding a path of the repo is the same in a run
+    and its re-run); elsewhere at its scratch path."""
+    work = facts.scratch.work
+    moved = facts.box is not None and facts.box.repo is not None and facts.runner != "steps"
+
+    def seen(path: str) -> str:
+        if moved and (path == work or path.startswith(work + os.sep)):
+            return REPO_VIEW + path[len(work) :]
+        return path
+
+    return seen
 
 
 def under(path: str, dirs: Iterable[str]) -> bool:
@@ -299,6 +315,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
     if address_space is not None:
         rlimits["RLIMIT_AS"] = address_space
     box: Box | None = None
+    seen = in_view(facts)
     if facts.box is not None:
         rlimits["RLIMIT_NPROC"] = lim.processes  # the uid is the run's alone
         readonly, hidden = view_readonly(
@@ -314,13 +331,14 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
             "etc": facts.box.etc,
             "tmp": scratch.tmp,
             "tmp_targets": list(TMP_TARGETS),
+            "repo_view": scratch.work if facts.box.repo is not None else None,
             "seccomp": facts.box.seccomp,
         }
     instructions: Instructions = {
         "runner": facts.runner,
         "report": report,
-        "cwd": scratch.work,
-        "sys_path": list(facts.import_roots),
+        "cwd": seen(scratch.work),
+        "sys_path": [seen(root) for root in facts.import_roots],
         "rlimits": rlimits,
         "box": box,
         "cgroups": list(facts.cgroup_procs),
@@ -328,7 +346,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "argv": runners.get(facts.runner).argv(facts.tests)
         if facts.runner in runners.OWN_RUNNERS
         else list(facts.argv),
-        "pytest_args": pytest_args(facts),
+        "pytest_args": pytest_args(facts, seen(scratch.work)),
         "import_modules": modules(facts.touched_sources, facts.import_roots, scratch.work),
         "steps": [],
         "stdin_file": facts.stdin_file,
