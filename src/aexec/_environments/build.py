@@ -40,6 +40,7 @@ from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
 from .store import fail, once, unique_bytes
+from .versions import scm_env
 
 log = get_logger(__name__)
 
@@ -133,12 +134,21 @@ def exclude_newer_of(spec: EnvSpec, repo: str) -> str | None:
 
 
 def uv_step(
-    root: str, key: str, step: str, argv: list[str], *, cwd: str, writable: list[str], python: str
+    root: str,
+    key: str,
+    step: str,
+    argv: list[str],
+    *,
+    cwd: str,
+    writable: list[str],
+    python: str,
+    extra_env: Mapping[str, str] | None = None,
 ) -> None:
     """Run one uv step confined (`confine`: only ``writable`` and uv's cache writable, the
     package index the only network; niced: builds yield the cores to test runs), its
     output in ``logs/<key>.log``; a failure is recorded under ``key`` and raised as `EnvBroken`."""
     env = {
+        **(extra_env or {}),
         # A log is no terminal: uv would wrap a failing build's output at $COLUMNS.
         **{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
         "UV_CACHE_DIR": os.path.join(root, "uv-cache"),
@@ -217,16 +227,46 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
             inputs.append(project)
         extras = [a for e in spec.extras for a in ("--extra", e)] if project is not None else []
         out = os.path.join(work, "lock.txt")
-        argv = ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python", interpreter]
-        argv += [*extras, *(["--exclude-newer", exclude] if exclude else []), "-o", out, *inputs]
-        # Paths as pip reads them; the copy is all it may write (besides uv's cache).
-        uv_step(root, rkey, "resolving (uv pip compile)", argv, cwd=copy, writable=[work], python=interpreter)
+        compile_ = ["pip", "compile", "--quiet", "--no-header", "--no-annotate"]
+        compile_ += [*(["--exclude-newer", exclude] if exclude else [])]
+        if spec.build_constraints:
+            with open(os.path.join(work, "build-constraints.txt"), "w", encoding="utf-8") as f:
+                f.write("\n".join(spec.build_constraints) + "\n")
+            compile_ += ["--build-constraints", os.path.join(work, "build-constraints.txt")]
+        python = interpreter
+        if project is not None and not spec.build_isolation:
+            python = _build_env(root, rkey, work, compile_, interpreter)
+            compile_ += ["--no-build-isolation"]
+        argv = [*compile_, "--python", python, *extras, "-o", out, *inputs]
+        # Paths as pip reads them; the copy is all it may write (besides uv's cache). A
+        # checkout's version is git's, which the copy lacks (`versions`).
+        step = "resolving (uv pip compile)"
+        uv_step(
+            root, rkey, step, argv, cwd=copy, writable=[work], python=interpreter, extra_env=scm_env(repo)
+        )
         with open(out, encoding="utf-8") as f:
             # A line naming the copy is the repo itself (``-e .`` in a requirements
             # file): never installed, the code under test is the candidate's copy.
             return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _build_env(root: str, rkey: str, work: str, compile_: list[str], interpreter: str) -> str:
+    """As pip's ``--no-build-isolation`` after the spec's packages: a venv in ``work`` of
+    ``requirements.in`` (and ``wheel``, setuptools' legacy builds need it), resolved and
+    installed, in which the repo's metadata is built; its interpreter."""
+    venv, lock = os.path.join(work, "build-env"), os.path.join(work, "build-lock.txt")
+    with open(os.path.join(work, "build.in"), "w", encoding="utf-8") as f:
+        f.write(f"-r {os.path.join(work, 'requirements.in')}\nwheel\n")
+    steps = [
+        ("resolving the packages to build in", [*compile_, "--python", interpreter, "-o", lock, f.name]),
+        ("creating the build's environment (uv venv)", ["venv", "--quiet", "--python", interpreter, venv]),
+        ("installing it", ["pip", "install", "--quiet", "--no-deps", "--python", venv, "-r", lock]),
+    ]
+    for step, argv in steps:
+        uv_step(root, rkey, step, argv, cwd=work, writable=[work], python=interpreter)
+    return os.path.join(venv, "bin", "python")
 
 
 def _prepare(copy: str, spec: EnvSpec) -> None:

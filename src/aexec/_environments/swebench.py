@@ -30,7 +30,11 @@ with ``inplace``: built once per base and carried into each candidate's copy
 list SWE-bench creates its environment with; plain ``name`` / ``name=version`` /
 ``name==version`` entries are read as pip requirements (the same names on PyPI).
 Every environment gets ``setuptools<81`` (unless the spec pins setuptools): SWE-bench's
-conda environments have a setuptools with ``pkg_resources``, which sphinx <= 5 imports.
+conda environments have a setuptools with ``pkg_resources``, which sphinx <= 5 imports;
+so do the isolated builds of the repo's metadata (``build_constraints``: astropy 3's
+``ah_bootstrap.py`` imports it). An install that says ``--no-build-isolation`` or
+``--no-use-pep517`` builds the metadata in the environment, after its packages
+(``build_isolation: false``: scikit-learn's ``setup.py`` imports NumPy).
 The test command (``test_cmd``) is exposed as data (`SpecEntry`): choosing a runner
 from it is not done here.
 """
@@ -55,6 +59,8 @@ C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "
 #: Of those, the ones whose in-place build needs more than pip (apt packages, a download).
 UNSUPPORTED_BUILDS = {"matplotlib/matplotlib": "apt's ffmpeg, imagemagick, … and a qhull download"}
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
+#: pip builds the repo in the environment, after its packages (scikit-learn <= 1.4).
+_NO_ISOLATION = re.compile(r"--no-build-isolation|--no-use-pep517")
 _EXTRAS = re.compile(r"\.\[([^\]]+)\]")
 _CONDA_PKG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:(==?|<=?|>=?|!=)([A-Za-z0-9.*+!_-]+))?$")
 #: SWE-bench's conda environments come with setuptools, one with ``pkg_resources``
@@ -180,6 +186,8 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
             system=tuple(dict.fromkeys(system)),
             edits=tuple(edits),
             inplace=inplace,
+            build_isolation=_NO_ISOLATION.search(install) is None,
+            build_constraints=(SETUPTOOLS,),
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))
