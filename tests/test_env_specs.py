@@ -78,6 +78,11 @@ def test_swebench_specs_read_into_environments() -> None:
     # Repos that build C extensions in place: built so (issue 30 goal 3), but matplotlib.
     astropy = from_spec("astropy/astropy", ASTROPY)
     assert astropy.inplace and astropy.unsupported() is None and astropy.extras == ("test",)
+    # The isolated builds' setuptools is the spec's (pip's legacy path builds with it).
+    pinned = from_spec("astropy/astropy", {**ASTROPY, "pip_packages": ["setuptools==68.0.0"]})
+    assert pinned.build_constraints == ("setuptools==68.0.0",) and astropy.build_constraints == (
+        "setuptools<81",
+    )
     sklearn = from_spec("scikit-learn/scikit-learn", SKLEARN)
     assert sklearn.packages == ("numpy", "scipy", "cython==0.29", "pytest", "setuptools<81")
     assert sklearn.inplace and sklearn.unsupported() is None

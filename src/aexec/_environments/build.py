@@ -24,7 +24,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
@@ -40,7 +39,8 @@ from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
 from .store import fail, once, unique_bytes
-from .versions import scm_env
+from .versions import exclude_newer_of as exclude_newer_of  # re-exported: its callers import it here
+from .versions import generated, scm_env
 
 log = get_logger(__name__)
 
@@ -77,6 +77,9 @@ class Built:
     seconds: float
     #: Bytes of the environment's files no other environment shares (not hardlinked).
     unique_bytes: int
+    #: What the checkout's build writes and its runs need (`versions.generated`): each
+    #: run's copy gets them (relative path, text).
+    generated: tuple[tuple[str, str], ...] = ()
 
 
 def default_root(cache_dir: str | None) -> str:
@@ -113,24 +116,6 @@ def setup_hash(repo: str, spec: EnvSpec) -> str:
                 raise EnvBroken("build", f"requirements file {name!r} is not in the repo") from None
             files[name] = None
     return setup_key(files)
-
-
-def exclude_newer_of(spec: EnvSpec, repo: str) -> str | None:
-    if spec.exclude_newer != "base":
-        return spec.exclude_newer
-    try:
-        done = subprocess.run(
-            ["git", "-C", repo, "log", "-1", "--format=%cI", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except OSError as e:
-        raise EnvBroken("build", f"exclude_newer 'base': git cannot run ({e})") from None
-    if done.returncode != 0 or not done.stdout.strip():
-        raise EnvBroken("build", "exclude_newer 'base': the repo is not a git checkout with a commit")
-    return done.stdout.strip()
 
 
 def uv_step(
@@ -208,9 +193,12 @@ def _local(line: str, work: str) -> bool:
     return req.startswith(("-e", "--editable", ".", "/")) or "file:" in req or work in req
 
 
-def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
+def _resolve(
+    spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str
+) -> tuple[str, dict[str, str]]:
     """The lock (``name==version`` lines) of ``spec`` for ``repo``'s base, by ``uv pip compile``
-    in a copy of the repo under ``tmp/`` (its setup code may run)."""
+    in a copy of the repo under ``tmp/`` (its setup code may run), and the modules that build
+    wrote (`versions.generated`)."""
     os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
     work = tempfile.mkdtemp(prefix="resolve-", dir=os.path.join(root, "tmp"))
     try:
@@ -242,29 +230,49 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
         # checkout's version is git's, which the copy lacks (`versions`).
         step = "resolving (uv pip compile)"
         uv_step(
-            root, rkey, step, argv, cwd=copy, writable=[work], python=interpreter, extra_env=scm_env(repo)
+            root,
+            rkey,
+            step,
+            argv,
+            cwd=copy,
+            writable=[work],
+            python=interpreter,
+            extra_env=scm_env(repo, spec.repo_version),
         )
         with open(out, encoding="utf-8") as f:
             # A line naming the copy is the repo itself (``-e .`` in a requirements
             # file): never installed, the code under test is the candidate's copy.
-            return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
+            lock = "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
+        return lock, generated(copy, repo) if project is not None else {}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _build_env(root: str, rkey: str, work: str, compile_: list[str], interpreter: str) -> str:
     """As pip's ``--no-build-isolation`` after the spec's packages: a venv in ``work`` of
-    ``requirements.in`` (and ``wheel``, setuptools' legacy builds need it), resolved and
-    installed, in which the repo's metadata is built; its interpreter."""
+    ``requirements.in`` (and ``wheel`` and ``pip``, which setuptools' legacy builds and its
+    ``setup_requires`` call; not the repo, ``-e .``), in which the repo's metadata is built."""
     venv, lock = os.path.join(work, "build-env"), os.path.join(work, "build-lock.txt")
     with open(os.path.join(work, "build.in"), "w", encoding="utf-8") as f:
-        f.write(f"-r {os.path.join(work, 'requirements.in')}\nwheel\n")
-    steps = [
-        ("resolving the packages to build in", [*compile_, "--python", interpreter, "-o", lock, f.name]),
+        f.write(f"-r {os.path.join(work, 'requirements.in')}\nwheel\npip\n")
+    argv = [*compile_, "--python", interpreter, "-o", lock, f.name]
+    uv_step(
+        root,
+        rkey,
+        "resolving the build's packages",
+        argv,
+        cwd=os.path.join(work, "repo"),
+        writable=[work],
+        python=interpreter,
+    )
+    with open(lock, encoding="utf-8") as f:
+        kept = [ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work)]
+    with open(lock, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    for step, argv in [
         ("creating the build's environment (uv venv)", ["venv", "--quiet", "--python", interpreter, venv]),
         ("installing it", ["pip", "install", "--quiet", "--no-deps", "--python", venv, "-r", lock]),
-    ]
-    for step, argv in steps:
+    ]:
         uv_step(root, rkey, step, argv, cwd=work, writable=[work], python=interpreter)
     return os.path.join(venv, "bin", "python")
 
@@ -289,14 +297,20 @@ def _prepare(copy: str, spec: EnvSpec) -> None:
             f.write(data)
 
 
-def _lock_of(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
-    """The resolution key's lock: from ``resolved/``, or resolved once (under its lock)."""
+def _lock_of(
+    spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The resolution key's lock and generated modules: from ``resolved/``, or resolved once
+    (under its lock)."""
 
     def resolve() -> dict[str, object]:
-        lock = _resolve(spec, repo, interpreter, exclude, root, rkey)
-        return {"lock": lock, "lock_hash": hashlib.sha256(lock.encode()).hexdigest()}
+        lock, made = _resolve(spec, repo, interpreter, exclude, root, rkey)
+        return {"lock": lock, "lock_hash": hashlib.sha256(lock.encode()).hexdigest(), "generated": made}
 
-    return str(once(root, rkey, os.path.join(root, "resolved", rkey + ".json"), resolve)[1]["lock"])
+    record = once(root, rkey, os.path.join(root, "resolved", rkey + ".json"), resolve)[1]
+    made = record.get("generated")
+    files = tuple(sorted((str(k), str(v)) for k, v in made.items())) if isinstance(made, dict) else ()
+    return str(record["lock"]), files
 
 
 def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
@@ -324,7 +338,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
     rkey = resolution_key(
         spec={**spec.as_json(), "exclude_newer": exclude}, interpreter=ident, setup_hash=setup, index=index
     )
-    lock = _lock_of(spec, repo, interpreter, exclude, root, rkey)
+    lock, made = _lock_of(spec, repo, interpreter, exclude, root, rkey)
     lock_hash = hashlib.sha256(lock.encode()).hexdigest()
     key = environment_key(interpreter=ident, lock_hash=lock_hash, setup_hash=setup)
     path = os.path.join(root, "envs", key)
@@ -344,6 +358,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             cached,
             time.monotonic() - start,
             size if isinstance(size, int) else 0,
+            made,
         )
 
     def build() -> dict[str, object]:

@@ -14,7 +14,8 @@ The code under test is always the candidate's patched scratch copy, first on
 read as data, never run) of the setup files the build reads: they change the pins it
 resolves (and its key), never the candidate's copy. ``build_isolation: false`` builds
 the repo's metadata in the environment after its packages (pip's ``--no-build-isolation``);
-``build_constraints`` hold the isolated builds' requirements (``setuptools<81``). ``system`` names what a pip
+``build_constraints`` hold the isolated builds' requirements (``setuptools<81``);
+``repo_version`` is the repo's version where its checkout's git has no tag. ``system`` names what a pip
 environment cannot give (``conda: …``, ``apt: …``): such a spec is ``env_broken``, kind
 ``unsupported``.
 """
@@ -40,6 +41,7 @@ SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 
 _VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
+_RELEASE = re.compile(r"^\d+(\.\d+)*$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _FIELDS = (
     "python",
@@ -53,6 +55,7 @@ _FIELDS = (
     "inplace",
     "build_isolation",
     "build_constraints",
+    "repo_version",
 )
 
 
@@ -106,6 +109,12 @@ def _check(spec: EnvSpec) -> None:
     for name in ("inplace", "build_isolation"):
         if not isinstance(getattr(spec, name), bool):
             raise RequestError(f"environment.{name} must be true or false, got {getattr(spec, name)!r}")
+    if spec.repo_version is not None and not (
+        isinstance(spec.repo_version, str) and _RELEASE.match(spec.repo_version)
+    ):
+        raise RequestError(
+            f"environment.repo_version must be a version like '5.1', got {spec.repo_version!r}"
+        )
     if spec.install not in INSTALL_MODES:
         raise RequestError(
             f"environment.install must be one of {', '.join(INSTALL_MODES)}, got {spec.install!r}"
@@ -146,6 +155,9 @@ class EnvSpec:
     build_constraints: tuple[str, ...] = attrs.field(
         default=(), converter=_tuple, validator=_strings("build_constraints")
     )
+    #: The repo's version where its checkout's ``PKG-INFO`` and git tags give none
+    #: (``aexec._environments.versions``): SWE-bench's ``version`` of the instance.
+    repo_version: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -163,6 +175,7 @@ class EnvSpec:
             **({"inplace": True} if self.inplace else {}),
             **({"build_isolation": False} if not self.build_isolation else {}),
             **({"build_constraints": list(self.build_constraints)} if self.build_constraints else {}),
+            **({"repo_version": self.repo_version} if self.repo_version else {}),
         }
 
     def unsupported(self) -> str | None:
