@@ -4,7 +4,8 @@ A checkout is not an sdist: it has no ``PKG-INFO``, and a repo whose version com
 git (setuptools-scm: pytest, astropy ≥ 4.3, xarray, pvlib, matplotlib, …) fails to build
 its metadata where the build cannot see ``.git``: the builds run in a copy of the repo
 without it. `scm_env` gives them the version setuptools-scm would compute from the
-checkout's git (``SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME>``), see `version`.
+checkout's git (``SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME>``), see `version`;
+`generated` finds the modules that build writes (its version file), which the runs need.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def scm_env(repo: str, untagged: str | None = None) -> dict[str, str]:
 
 
 def exclude_newer_of(spec: EnvSpec, repo: str) -> str | None:
+    """The date ``spec`` resolves as of: its ``exclude_newer``, ``base`` the HEAD commit's."""
     if spec.exclude_newer != "base":
         return spec.exclude_newer
     try:
