@@ -59,7 +59,8 @@ DJANGO = {
 
 
 def test_swebench_specs_read_into_environments() -> None:
-    assert from_spec("psf/requests", REQUESTS) == EnvSpec("3.9", packages=("pytest", "setuptools<81"))
+    requests = EnvSpec("3.9", packages=("pytest", "setuptools<81"), build_constraints=("setuptools<81",))
+    assert from_spec("psf/requests", REQUESTS) == requests
     flask = {
         **REQUESTS,
         "pip_packages": ["click==8.1.3"],
@@ -77,6 +78,11 @@ def test_swebench_specs_read_into_environments() -> None:
     # Repos that build C extensions in place: built so (issue 30 goal 3), but matplotlib.
     astropy = from_spec("astropy/astropy", ASTROPY)
     assert astropy.inplace and astropy.unsupported() is None and astropy.extras == ("test",)
+    # The isolated builds' setuptools is the spec's (pip's legacy path builds with it).
+    pinned = from_spec("astropy/astropy", {**ASTROPY, "pip_packages": ["setuptools==68.0.0"]})
+    assert pinned.build_constraints == ("setuptools==68.0.0",) and astropy.build_constraints == (
+        "setuptools<81",
+    )
     sklearn = from_spec("scikit-learn/scikit-learn", SKLEARN)
     assert sklearn.packages == ("numpy", "scipy", "cython==0.29", "pytest", "setuptools<81")
     assert sklearn.inplace and sklearn.unsupported() is None
@@ -117,6 +123,7 @@ def test_lookup_gives_the_requirements_path_the_checkout_has_and_the_test_comman
         ({"python": "3.11", "packages": "pytest"}, "environment.packages must be a list of strings"),
         ({"python": "3.11", "pins": []}, "environment: unknown field 'pins'"),
         ({"python": "3.11", "inplace": "yes"}, "environment.inplace must be true or false, got 'yes'"),
+        ({"python": "3.11", "build_isolation": 0}, "environment.build_isolation must be true or false"),
     ],
 )
 def test_a_bad_environment_is_one_line_naming_the_field(environment: dict[str, object], message: str) -> None:

@@ -82,6 +82,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_environments.jail",
             "_environments.confine",
             "_environments.store",
+            "_environments.versions",
             "_environments.build",
             "_environments.inplace",
         ],

@@ -26,7 +26,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
@@ -43,6 +42,8 @@ from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
 from .store import fail, once, unique_bytes
+from .versions import exclude_newer_of as exclude_newer_of  # re-exported: its callers import it here
+from .versions import generated, scm_env
 
 log = get_logger(__name__)
 
@@ -79,6 +80,9 @@ class Built:
     seconds: float
     #: Bytes of the environment's files no other environment shares (not hardlinked).
     unique_bytes: int
+    #: What the checkout's build writes and its runs need (`versions.generated`): each
+    #: run's copy gets them (relative path, text).
+    generated: tuple[tuple[str, str], ...] = ()
 
 
 def default_root(cache_dir: str | None) -> str:
@@ -117,31 +121,22 @@ def setup_hash(repo: str, spec: EnvSpec) -> str:
     return setup_key(files)
 
 
-def exclude_newer_of(spec: EnvSpec, repo: str) -> str | None:
-    if spec.exclude_newer != "base":
-        return spec.exclude_newer
-    try:
-        done = subprocess.run(
-            ["git", "-C", repo, "log", "-1", "--format=%cI", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except OSError as e:
-        raise EnvBroken("build", f"exclude_newer 'base': git cannot run ({e})") from None
-    if done.returncode != 0 or not done.stdout.strip():
-        raise EnvBroken("build", "exclude_newer 'base': the repo is not a git checkout with a commit")
-    return done.stdout.strip()
-
-
 def uv_step(
-    root: str, key: str, step: str, argv: list[str], *, cwd: str, writable: list[str], python: str
+    root: str,
+    key: str,
+    step: str,
+    argv: list[str],
+    *,
+    cwd: str,
+    writable: list[str],
+    python: str,
+    extra_env: Mapping[str, str] | None = None,
 ) -> None:
     """Run one uv step confined (`confine`: only ``writable`` and uv's cache writable, the
     package index the only network; niced: builds yield the cores to test runs), its
     output in ``logs/<key>.log``; a failure is recorded under ``key`` and raised as `EnvBroken`."""
     env = {
+        **(extra_env or {}),
         # A log is no terminal: uv would wrap a failing build's output at $COLUMNS.
         **{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
         "UV_CACHE_DIR": os.path.join(root, "uv-cache"),
@@ -201,9 +196,12 @@ def _local(line: str, work: str) -> bool:
     return req.startswith(("-e", "--editable", ".", "/")) or "file:" in req or work in req
 
 
-def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
+def _resolve(
+    spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str
+) -> tuple[str, dict[str, str]]:
     """The lock (``name==version`` lines) of ``spec`` for ``repo``'s base, by ``uv pip compile``
-    in a copy of the repo under ``tmp/`` (its setup code may run)."""
+    in a copy of the repo under ``tmp/`` (its setup code may run), and the modules that build
+    wrote (`versions.generated`)."""
     os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
     work = tempfile.mkdtemp(prefix="resolve-", dir=os.path.join(root, "tmp"))
     try:
@@ -220,16 +218,66 @@ def _resolve(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, ro
             inputs.append(project)
         extras = [a for e in spec.extras for a in ("--extra", e)] if project is not None else []
         out = os.path.join(work, "lock.txt")
-        argv = ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python", interpreter]
-        argv += [*extras, *(["--exclude-newer", exclude] if exclude else []), "-o", out, *inputs]
-        # Paths as pip reads them; the copy is all it may write (besides uv's cache).
-        uv_step(root, rkey, "resolving (uv pip compile)", argv, cwd=copy, writable=[work], python=interpreter)
+        compile_ = ["pip", "compile", "--quiet", "--no-header", "--no-annotate"]
+        compile_ += [*(["--exclude-newer", exclude] if exclude else [])]
+        if spec.build_constraints:
+            with open(os.path.join(work, "build-constraints.txt"), "w", encoding="utf-8") as f:
+                f.write("\n".join(spec.build_constraints) + "\n")
+            compile_ += ["--build-constraints", os.path.join(work, "build-constraints.txt")]
+        python = interpreter
+        if project is not None and not spec.build_isolation:
+            python = _build_env(root, rkey, work, compile_, interpreter)
+            compile_ += ["--no-build-isolation"]
+        argv = [*compile_, "--python", python, *extras, "-o", out, *inputs]
+        # Paths as pip reads them; the copy is all it may write (besides uv's cache). A
+        # checkout's version is git's, which the copy lacks (`versions`).
+        step = "resolving (uv pip compile)"
+        uv_step(
+            root,
+            rkey,
+            step,
+            argv,
+            cwd=copy,
+            writable=[work],
+            python=interpreter,
+            extra_env=scm_env(repo, spec.repo_version),
+        )
         with open(out, encoding="utf-8") as f:
             # A line naming the copy is the repo itself (``-e .`` in a requirements
             # file): never installed, the code under test is the candidate's copy.
-            return "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
+            lock = "".join(ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work))
+        return lock, generated(copy, repo) if project is not None else {}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _build_env(root: str, rkey: str, work: str, compile_: list[str], interpreter: str) -> str:
+    """As pip's ``--no-build-isolation`` after the spec's packages: a venv in ``work`` of
+    ``requirements.in`` (and ``wheel`` and ``pip``, which setuptools' legacy builds and its
+    ``setup_requires`` call; not the repo, ``-e .``), in which the repo's metadata is built."""
+    venv, lock = os.path.join(work, "build-env"), os.path.join(work, "build-lock.txt")
+    with open(os.path.join(work, "build.in"), "w", encoding="utf-8") as f:
+        f.write(f"-r {os.path.join(work, 'requirements.in')}\nwheel\npip\n")
+    argv = [*compile_, "--python", interpreter, "-o", lock, f.name]
+    uv_step(
+        root,
+        rkey,
+        "resolving the build's packages",
+        argv,
+        cwd=os.path.join(work, "repo"),
+        writable=[work],
+        python=interpreter,
+    )
+    with open(lock, encoding="utf-8") as f:
+        kept = [ln for ln in f if ln.strip() and not ln.startswith("#") and not _local(ln, work)]
+    with open(lock, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    for step, argv in [
+        ("creating the build's environment (uv venv)", ["venv", "--quiet", "--python", interpreter, venv]),
+        ("installing it", ["pip", "install", "--quiet", "--no-deps", "--python", venv, "-r", lock]),
+    ]:
+        uv_step(root, rkey, step, argv, cwd=work, writable=[work], python=interpreter)
+    return os.path.join(venv, "bin", "python")
 
 
 def _prepare(copy: str, spec: EnvSpec) -> None:
@@ -252,14 +300,20 @@ def _prepare(copy: str, spec: EnvSpec) -> None:
             f.write(data)
 
 
-def _lock_of(spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str) -> str:
-    """The resolution key's lock: from ``resolved/``, or resolved once (under its lock)."""
+def _lock_of(
+    spec: EnvSpec, repo: str, interpreter: str, exclude: str | None, root: str, rkey: str
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The resolution key's lock and generated modules: from ``resolved/``, or resolved once
+    (under its lock)."""
 
     def resolve() -> dict[str, object]:
-        lock = _resolve(spec, repo, interpreter, exclude, root, rkey)
-        return {"lock": lock, "lock_hash": hashlib.sha256(lock.encode()).hexdigest()}
+        lock, made = _resolve(spec, repo, interpreter, exclude, root, rkey)
+        return {"lock": lock, "lock_hash": hashlib.sha256(lock.encode()).hexdigest(), "generated": made}
 
-    return str(once(root, rkey, os.path.join(root, "resolved", rkey + ".json"), resolve)[1]["lock"])
+    record = once(root, rkey, os.path.join(root, "resolved", rkey + ".json"), resolve)[1]
+    made = record.get("generated")
+    files = tuple(sorted((str(k), str(v)) for k, v in made.items())) if isinstance(made, dict) else ()
+    return str(record["lock"]), files
 
 
 #: The editable install's file in site-packages (``.pth``: read by every interpreter start).
@@ -300,7 +354,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
     rkey = resolution_key(
         spec={**spec.as_json(), "exclude_newer": exclude}, interpreter=ident, setup_hash=setup, index=index
     )
-    lock = _lock_of(spec, repo, interpreter, exclude, root, rkey)
+    lock, made = _lock_of(spec, repo, interpreter, exclude, root, rkey)
     lock_hash = hashlib.sha256(lock.encode()).hexdigest()
     repo_at = REPO_VIEW if spec.install == "deps" else None
     key = environment_key(interpreter=ident, lock_hash=lock_hash, setup_hash=setup, repo_at=repo_at)
@@ -321,6 +375,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             cached,
             time.monotonic() - start,
             size if isinstance(size, int) else 0,
+            made,
         )
 
     def build() -> dict[str, object]:

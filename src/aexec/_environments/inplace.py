@@ -34,7 +34,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import tomllib
@@ -45,7 +44,7 @@ import attrs
 from .._boundary.trees import copy_ignore
 from .._log import get_logger
 from .._stages.keys import inplace_key
-from . import confine
+from . import confine, versions
 from .build import BUILD_TIMEOUT_S, TAIL_LINES, Built, uv_step
 from .edits import norm
 from .spec import EnvBroken
@@ -84,7 +83,7 @@ class InPlace:
     files: tuple[str, ...]
     #: The build requirements the environment lacked (on ``PYTHONPATH`` for a build).
     overlay: str
-    #: What ``setuptools_scm`` is told the version is (a copy has no git history).
+    #: What ``setuptools_scm`` is told the version is (a copy has no git history: `versions`).
     version: str
     cached: bool
     seconds: float
@@ -156,29 +155,6 @@ def lacking(requires: Iterable[str], lock: str) -> list[str]:
     environment's own versions are the build's, as with ``--no-build-isolation``."""
     have = {_norm(m.group(1)) for line in lock.splitlines() if (m := _NAME.match(line))}
     return [r for r in requires if (m := _NAME.match(r)) and _norm(m.group(1)) not in have]
-
-
-def _version(repo: str) -> str:
-    """The version the base declares: PKG-INFO's, else its latest git tag, else 0.0.0."""
-    with (
-        contextlib.suppress(OSError, UnicodeDecodeError),
-        open(os.path.join(repo, "PKG-INFO"), encoding="utf-8") as f,
-    ):
-        for line in f:
-            if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        done = subprocess.run(
-            ["git", "-C", repo, "describe", "--tags", "--abbrev=0"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        tag = done.stdout.strip().lstrip("v")
-        if done.returncode == 0 and re.match(r"^\d+(\.\d+)*", tag):
-            return tag
-    return "0.0.0"
 
 
 def run_build(
@@ -287,7 +263,7 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
             confine.seal(overlay)  # root's: the base's build and the candidates' only read it
         else:
             os.makedirs(overlay)
-        version = _version(repo)
+        version = versions.version(repo)
         os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
         work = tempfile.mkdtemp(prefix="inplace-", dir=os.path.join(root, "tmp"))
         try:

@@ -12,7 +12,10 @@ dependencies its ``pyproject.toml`` / ``setup.py`` / ``setup.cfg`` declare (with
 The code under test is always the candidate's patched scratch copy, first on
 ``sys.path``. ``edits`` are ``sed -i 's/A/B/' setup.py`` edits (`aexec._environments.edits`,
 read as data, never run) of the setup files the build reads: they change the pins it
-resolves (and its key), never the candidate's copy. ``system`` names what a pip
+resolves (and its key), never the candidate's copy. ``build_isolation: false`` builds
+the repo's metadata in the environment after its packages (pip's ``--no-build-isolation``);
+``build_constraints`` hold the isolated builds' requirements (``setuptools<81``);
+``repo_version`` is the repo's version where its checkout's git has no tag. ``system`` names what a pip
 environment cannot give (``conda: …``, ``apt: …``): such a spec is ``env_broken``, kind
 ``unsupported``.
 """
@@ -38,6 +41,7 @@ SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 
 _VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
+_RELEASE = re.compile(r"^\d+(\.\d+)*$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _FIELDS = (
     "python",
@@ -49,6 +53,9 @@ _FIELDS = (
     "edits",
     "system",
     "inplace",
+    "build_isolation",
+    "build_constraints",
+    "repo_version",
 )
 
 
@@ -79,7 +86,7 @@ def _check(spec: EnvSpec) -> None:
         raise RequestError(
             f"environment.python must be a version like '3.11' or '3.11.7', got {spec.python!r}"
         )
-    for name in ("requirements", "packages", "extras", "edits", "system"):
+    for name in ("requirements", "packages", "extras", "edits", "system", "build_constraints"):
         if not isinstance(getattr(spec, name), tuple):
             raise RequestError(f"environment.{name} must be a list of strings")
     for i, path in enumerate(spec.requirements):
@@ -99,8 +106,15 @@ def _check(spec: EnvSpec) -> None:
                 f"environment.edits[{i}] edits {path!r}: only the setup files the build reads"
                 f" ({', '.join(SETUP_FILES)}, the requirements files) are edited"
             )
-    if not isinstance(spec.inplace, bool):
-        raise RequestError(f"environment.inplace must be true or false, got {spec.inplace!r}")
+    for name in ("inplace", "build_isolation"):
+        if not isinstance(getattr(spec, name), bool):
+            raise RequestError(f"environment.{name} must be true or false, got {getattr(spec, name)!r}")
+    if spec.repo_version is not None and not (
+        isinstance(spec.repo_version, str) and _RELEASE.match(spec.repo_version)
+    ):
+        raise RequestError(
+            f"environment.repo_version must be a version like '5.1', got {spec.repo_version!r}"
+        )
     if spec.install not in INSTALL_MODES:
         raise RequestError(
             f"environment.install must be one of {', '.join(INSTALL_MODES)}, got {spec.install!r}"
@@ -134,6 +148,16 @@ class EnvSpec:
     #: The repo builds C extensions in place (``setup.py build_ext --inplace``): built once
     #: per base and carried into each candidate's copy (``aexec._environments.inplace``).
     inplace: bool = False
+    #: False: the repo's own metadata is built in the environment, after its packages
+    #: (pip's ``--no-build-isolation``), not in an isolated build environment.
+    build_isolation: bool = True
+    #: What the isolated builds' own requirements are held to (``uv --build-constraints``).
+    build_constraints: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple, validator=_strings("build_constraints")
+    )
+    #: The repo's version where its checkout's ``PKG-INFO`` and git tags give none
+    #: (``aexec._environments.versions``): SWE-bench's ``version`` of the instance.
+    repo_version: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -149,6 +173,9 @@ class EnvSpec:
             **({"edits": list(self.edits)} if self.edits else {}),
             "system": list(self.system),
             **({"inplace": True} if self.inplace else {}),
+            **({"build_isolation": False} if not self.build_isolation else {}),
+            **({"build_constraints": list(self.build_constraints)} if self.build_constraints else {}),
+            **({"repo_version": self.repo_version} if self.repo_version else {}),
         }
 
     def unsupported(self) -> str | None:
@@ -175,7 +202,7 @@ def from_json(data: Any) -> EnvSpec:
     if "python" not in data:
         raise RequestError("environment: missing `python` (a version like '3.11')")
     fields = {k: v for k, v in data.items() if v is not None}
-    for name in ("requirements", "packages", "extras", "edits", "system"):
+    for name in ("requirements", "packages", "extras", "edits", "system", "build_constraints"):
         if name in fields and not isinstance(fields[name], list):
             raise RequestError(f"environment.{name} must be a list of strings")
     return EnvSpec(**fields)

@@ -31,6 +31,14 @@ list SWE-bench creates its environment with; plain ``name`` / ``name=version`` /
 ``name==version`` entries are read as pip requirements (the same names on PyPI).
 Every environment gets ``setuptools<81`` (unless the spec pins setuptools): SWE-bench's
 conda environments have a setuptools with ``pkg_resources``, which sphinx <= 5 imports.
+The isolated builds of the repo's metadata are held to that setuptools, the spec's pin
+or ``setuptools<81`` (``build_constraints``), as pip's legacy path builds a repo without
+``pyproject.toml`` with the environment's (astropy 3's ``ah_bootstrap.py`` imports
+``pkg_resources`` and ``setuptools.package_index``). An install that says ``--no-build-isolation`` or
+``--no-use-pep517``, or a repo without ``pyproject.toml`` (pip's legacy path: ``setup.py
+develop``), builds the metadata in the environment, after its packages
+(``build_isolation: false``: scikit-learn's ``setup.py`` imports NumPy, astropy 3's
+``setup_requires`` it).
 The test command (``test_cmd``) is exposed as data (`SpecEntry`): choosing a runner
 from it is not done here.
 """
@@ -55,6 +63,9 @@ C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "
 #: Of those, the ones whose in-place build needs more than pip (apt packages, a download).
 UNSUPPORTED_BUILDS = {"matplotlib/matplotlib": "apt's ffmpeg, imagemagick, … and a qhull download"}
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
+#: pip builds the repo in the environment, after its packages (scikit-learn <= 1.4); as it
+#: does a repo without ``pyproject.toml`` (its legacy path, ``setup.py develop``).
+_NO_ISOLATION = re.compile(r"--no-build-isolation|--no-use-pep517")
 _EXTRAS = re.compile(r"\.\[([^\]]+)\]")
 _CONDA_PKG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:(==?|<=?|>=?|!=)([A-Za-z0-9.*+!_-]+))?$")
 #: SWE-bench's conda environments come with setuptools, one with ``pkg_resources``
@@ -115,9 +126,18 @@ def _conda_packages(text: str) -> tuple[list[str], list[str]]:
     return reqs, bad
 
 
-def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requirements.txt") -> EnvSpec:
+def from_spec(
+    repo: str,
+    spec: Mapping[str, Any],
+    requirements_file: str = "requirements.txt",
+    *,
+    pyproject: bool = True,
+    version: str | None = None,
+) -> EnvSpec:
     """The `EnvSpec` of one SWE-bench spec (see the module docstring); ``packages:
-    requirements.txt`` means ``requirements_file`` (SWE-bench's path for the repo)."""
+    requirements.txt`` means ``requirements_file`` (SWE-bench's path for the repo);
+    ``pyproject``: the checkout has a ``pyproject.toml``; ``version``: the instance's (the
+    repo's version where its checkout's git has no tag)."""
     system: list[str] = []
     python = spec.get("python")
     if not isinstance(python, str) or not python:
@@ -180,6 +200,10 @@ def from_spec(repo: str, spec: Mapping[str, Any], requirements_file: str = "requ
             system=tuple(dict.fromkeys(system)),
             edits=tuple(edits),
             inplace=inplace,
+            build_isolation=pyproject and _NO_ISOLATION.search(install) is None,
+            build_constraints=tuple(p for p in packages if _name(p) == "setuptools" and p != "setuptools")
+            or (SETUPTOOLS,),
+            repo_version=version if version and re.match(r"^\d+(\.\d+)*$", version) else None,
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))
@@ -282,4 +306,5 @@ def lookup(
     evals = tuple(str(c) for c in spec.get("eval_commands") or ())
     paths = table.requirements.get(repo, ("requirements.txt",))
     found = next((p for p in paths if exists(p)), paths[0] if paths else "requirements.txt")
-    return SpecEntry(repo, version, from_spec(repo, spec, found), test_cmd, evals, run_note(spec))
+    env = from_spec(repo, spec, found, pyproject=exists("pyproject.toml"), version=version)
+    return SpecEntry(repo, version, env, test_cmd, evals, run_note(spec))

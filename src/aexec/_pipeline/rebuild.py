@@ -46,7 +46,14 @@ class Rebuild:
 
 
 def carry_base(job: Job, work: str) -> None:
-    """Lay the base's artifacts into the run's copy (nothing without an in-place build)."""
+    """Lay the base's artifacts into the run's copy: the modules its build writes (where the
+    checkout lacks them), and its in-place build's."""
+    for rel, text in job.generated:
+        path = os.path.join(work, rel)
+        if not os.path.lexists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(text)
     if job.inplace is not None:
         carry(job.inplace, work)
 

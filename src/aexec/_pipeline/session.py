@@ -81,6 +81,9 @@ class Job:
     guarded: bool = True
     #: The base's C extensions built in place (a declared environment's ``inplace``).
     inplace: InPlace | None = None
+    #: What the checkout's build writes that its runs need (a declared environment's
+    #: ``Built.generated``: a setuptools-scm version file), laid into each run's copy.
+    generated: tuple[tuple[str, str], ...] = ()
 
 
 def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | None]:
@@ -249,6 +252,7 @@ class Session:
             aexec_version=self.version,
             guarded=self.guarded,
             inplace=inplace,
+            generated=() if built is None else built.generated,
         )
 
     async def environment(self, candidate: Candidate) -> Built | None:
