@@ -81,6 +81,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_environments.jail",
             "_environments.confine",
             "_environments.store",
+            "_environments.system",
             "_environments.build",
             "_environments.inplace",
         ],

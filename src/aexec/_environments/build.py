@@ -33,7 +33,7 @@ import attrs
 
 from .._log import get_logger
 from .._stages.keys import environment_key, resolution_key, setup_key
-from . import confine
+from . import confine, system
 from .edits import apply as apply_edits
 from .edits import included, repinned, without_pins
 from .edits import paths as edit_paths
@@ -286,7 +286,8 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
     )
     lock = _lock_of(spec, repo, interpreter, exclude, root, rkey)
     lock_hash = hashlib.sha256(lock.encode()).hexdigest()
-    key = environment_key(interpreter=ident, lock_hash=lock_hash, setup_hash=setup)
+    debs = system.resolve(spec.apt, root) if spec.apt else None
+    key = environment_key(interpreter=ident, lock_hash=lock_hash, setup_hash=setup, system=debs)
     path = os.path.join(root, "envs", key)
     python = os.path.join(path, "bin", "python")
 
@@ -327,6 +328,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
         argv += ["--compile-bytecode"] if version_tuple(version) >= (3, 7) else []  # uv's needs 3.7
         argv += ["-r", lockfile]
         uv_step(root, key, "installing (uv pip install)", argv, cwd=root, writable=[path], python=interpreter)
+        unpacked = system.install(debs, path, root) if debs else None
         confine.seal(path)  # root's: no later build changes it
         marker = {
             "key": key,
@@ -337,6 +339,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             "resolution": rkey,
             "seconds": round(time.monotonic() - start, 3),
             "unique_bytes": unique_bytes(path),
+            **({"system": unpacked} if unpacked else {}),
         }
         log.info("environment_built", key=key[:12], seconds=marker["seconds"])
         return marker

@@ -12,9 +12,10 @@ dependencies its ``pyproject.toml`` / ``setup.py`` / ``setup.cfg`` declare (with
 The code under test is always the candidate's patched scratch copy, first on
 ``sys.path``. ``edits`` are ``sed -i 's/A/B/' setup.py`` edits (`aexec._environments.edits`,
 read as data, never run) of the setup files the build reads: they change the pins it
-resolves (and its key), never the candidate's copy. ``system`` names what a pip
-environment cannot give (``conda: …``, ``apt: …``): such a spec is ``env_broken``, kind
-``unsupported``.
+resolves (and its key), never the candidate's copy. ``apt`` names Debian packages
+unpacked into the environment's own prefix (`aexec._environments.system`), never the
+host's. ``system`` names what the environment cannot give (``conda: …``): such a spec is
+``env_broken``, kind ``unsupported``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 _VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: A Debian package's name (Policy 5.6.1): never an option to apt.
+_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _FIELDS = (
     "python",
     "requirements",
@@ -49,6 +52,7 @@ _FIELDS = (
     "edits",
     "system",
     "inplace",
+    "apt",
 )
 
 
@@ -79,7 +83,7 @@ def _check(spec: EnvSpec) -> None:
         raise RequestError(
             f"environment.python must be a version like '3.11' or '3.11.7', got {spec.python!r}"
         )
-    for name in ("requirements", "packages", "extras", "edits", "system"):
+    for name in ("requirements", "packages", "extras", "edits", "system", "apt"):
         if not isinstance(getattr(spec, name), tuple):
             raise RequestError(f"environment.{name} must be a list of strings")
     for i, path in enumerate(spec.requirements):
@@ -89,6 +93,9 @@ def _check(spec: EnvSpec) -> None:
     for i, extra in enumerate(spec.extras):
         if not _EXTRA.match(extra):
             raise RequestError(f"environment.extras[{i}] is not an extra's name: {extra!r}")
+    for i, name in enumerate(spec.apt):
+        if not _DEB_NAME.match(name):
+            raise RequestError(f"environment.apt[{i}] is not a Debian package's name: {name!r}")
     for i, command in enumerate(spec.edits):
         try:
             path = parse(command).path
@@ -127,13 +134,16 @@ class EnvSpec:
     install: str = "deps"
     #: Resolve as of this date (RFC 3339), or ``base``: the repo's HEAD commit time.
     exclude_newer: str | None = None
-    #: What it needs beyond pip (``conda: gdal``, ``apt: libxml2-dev``): unsupported here.
+    #: What it needs that cannot be had (``conda: cdms2``): unsupported here.
     system: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("system"))
     #: ``sed -i`` edits of the setup files, made before resolving (`aexec._environments.edits`).
     edits: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("edits"))
     #: The repo builds C extensions in place (``setup.py build_ext --inplace``): built once
     #: per base and carried into each candidate's copy (``aexec._environments.inplace``).
     inplace: bool = False
+    #: Debian packages unpacked into the environment's prefix (with what apt says they
+    #: need and the host lacks), on the run's PATH and LD_LIBRARY_PATH.
+    apt: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("apt"))
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -149,6 +159,7 @@ class EnvSpec:
             **({"edits": list(self.edits)} if self.edits else {}),
             "system": list(self.system),
             **({"inplace": True} if self.inplace else {}),
+            **({"apt": list(self.apt)} if self.apt else {}),
         }
 
     def unsupported(self) -> str | None:
@@ -175,7 +186,7 @@ def from_json(data: Any) -> EnvSpec:
     if "python" not in data:
         raise RequestError("environment: missing `python` (a version like '3.11')")
     fields = {k: v for k, v in data.items() if v is not None}
-    for name in ("requirements", "packages", "extras", "edits", "system"):
+    for name in ("requirements", "packages", "extras", "edits", "system", "apt"):
         if name in fields and not isinstance(fields[name], list):
             raise RequestError(f"environment.{name} must be a list of strings")
     return EnvSpec(**fields)

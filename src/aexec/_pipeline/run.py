@@ -53,6 +53,7 @@ from .._boundary.trees import (
     without,
     write_inside,
 )
+from .._environments.system import run_env
 from .._errors import AexecError
 from .._inputs import decode_files
 from .._raw import RawRun
@@ -299,6 +300,7 @@ def _lay_out(
         lang_tools=() if lang is None else lang.tools,
         autoload=c.pytest_plugins == "auto",
         stdin_file=stdin,
+        system=tuple(run_env(tool.path).items()),
     )
     the_plan = plan(facts, env)
     lim = the_plan.limits
