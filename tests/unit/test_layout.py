@@ -119,6 +119,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_ab.metrics",
             "_ab.report",
             "_ab.harness",
+            "_environments.conda",
             "_environments.swebench",
             "_swebench",
             "_serve",
