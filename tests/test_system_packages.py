@@ -9,11 +9,13 @@ saying why, where the host has ``tree`` or Debian's archive cannot be reached.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from aexec import Candidate, observe_many
@@ -84,6 +86,9 @@ async def test_a_debian_package_is_used_by_its_environments_runs_alone(
     state = json.loads((unpacked / system.STATE).read_text())
     assert [p.split("=")[0] for p in state["packages"]] == ["tree"] and state["bytes"] > 0
     assert system.run_env(built.python)["PATH"] == str(unpacked / "usr" / "bin")
+    ls = await anyio.run_process([sys.executable, "-m", "aexec", "env", "ls", "--env-dir", str(root)])
+    listed = ls.stdout.decode()
+    assert re.search(r"Debian packages, \d+\.\d MiB: tree=\S+\n", listed), listed  # `aexec env ls`
 
 
 def test_the_runs_variables_point_into_the_prefix() -> None:
