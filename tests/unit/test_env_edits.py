@@ -186,6 +186,11 @@ def test_real_spec_entries_with_harmless_pre_install_are_supported() -> None:
 
 def test_real_spec_entries_that_need_more_say_what_in_one_line() -> None:
     assert _unsupported("sphinx-doc/sphinx", SPHINX_72) is None  # graphviz: apt, in the env
+    pylint28 = {
+        **PYTEST_63,
+        "pre_install": ["apt-get update && apt-get install -y libenchant-2-dev hunspell-en-us"],
+    }
+    assert "enchant-2 alone" in (_unsupported("pylint-dev/pylint", pylint28) or "")
     assert from_spec("sphinx-doc/sphinx", SPHINX_72).apt == ("graphviz",)
     assert _unsupported("django/django", DJANGO_22) == (
         "Python 3.5: aexec's driver runs on Python 3.6 or later"

@@ -40,6 +40,12 @@ SETUP_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 _VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: Debian packages that do not work unpacked outside ``/`` (`aexec._environments.system`),
+#: and why: the environment that names one is ``unsupported``.
+NOT_RELOCATABLE = {
+    "libenchant-2-dev": "libenchant-2 loads its spelling providers from"
+    " /usr/lib/x86_64-linux-gnu/enchant-2 alone, never from the environment's prefix",
+}
 #: A Debian package's name (Policy 5.6.1): never an option to apt.
 _DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _FIELDS = (
@@ -166,6 +172,9 @@ class EnvSpec:
         """Why no interpreter-independent reading of the spec can be built here, or None."""
         if self.system:
             return f"needs more than pip: {'; '.join(self.system)}"
+        fixed = [f"apt's {p}: {NOT_RELOCATABLE[p]}" for p in self.apt if p in NOT_RELOCATABLE]
+        if fixed:
+            return fixed[0]
         if version_tuple(self.python)[:2] < MIN_PYTHON:
             return (
                 f"Python {self.python}: aexec's driver runs on Python"
