@@ -81,7 +81,10 @@ def test_swebench_specs_read_into_environments() -> None:
     assert sklearn.packages == ("numpy", "scipy", "cython==0.29", "pytest", "setuptools<81")
     assert sklearn.inplace and sklearn.unsupported() is None
     assert not from_spec("psf/requests", REQUESTS).inplace
-    mpl = from_spec("matplotlib/matplotlib", {"python": "3.11", "install": "python -m pip install -e ."})
+    qhull = ['wget -O "$QHULL_TAR" "$QHULL_URL"']
+    mpl = from_spec(
+        "matplotlib/matplotlib", {"python": "3.11", "install": "pip install -e .", "pre_install": qhull}
+    )
     assert mpl.inplace and "qhull" in (mpl.unsupported() or "")
     assert (
         from_spec("x/y", {"docker_specs": {}}).unsupported()

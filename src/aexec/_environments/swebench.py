@@ -183,7 +183,7 @@ def from_spec(
         elif (exported := _export(command)) is not None and not _utf8_locale(*exported):
             system.append(f"eval_commands sets {command[7:][:120]}, which aexec's runs do not carry")
     inplace = repo in C_EXTENSION_REPOS or bool(_IN_PLACE.search(install))
-    if repo in UNSUPPORTED_BUILDS:
+    if repo in UNSUPPORTED_BUILDS and "qhull" in " ".join(map(str, spec.get("pre_install") or ())).lower():
         system = [UNSUPPORTED_BUILDS[repo]]
     extras = tuple(e.strip() for m in _EXTRAS.findall(install) for e in m.split(",") if e.strip())
     mode = "deps" if install else "none"
