@@ -15,11 +15,16 @@ and only when asked) read into an `EnvSpec` and the spec's test command, as data
   candidate under ``C.UTF-8``, whose encodings (filesystem, stdio, preferred) are
   UTF-8 as under SWE-bench's ``en_US.UTF-8``; `SpecEntry.note` says so.
 
+- ``apt-get install -y PKGS`` (in ``pre_install``, or ``apt-pkgs``): the environment's
+  ``apt``, unpacked into its own prefix (`aexec._environments.system`);
+- ``packages: environment.yml``: the checkout's (``read``, `lookup`), read by
+  `aexec._environments.conda`'s tables.
+
 A spec that needs more than that is an `EnvSpec` whose ``system`` says, in one line
-each, what is missing (an ``env_broken`` ``unsupported`` observation when run): a conda
-``environment.yml``, apt packages, another command; matplotlib (apt's ffmpeg and
-friends, and its build downloads qhull). A Python the machine lacks (SWE-bench's 3.5)
-is said when the environment is built.
+each, what is missing (an ``env_broken`` ``unsupported`` observation when run): no
+``environment.yml`` in the checkout, a conda package no table names, another command;
+matplotlib (its build needs qhull's sources, downloaded by its ``pre_install``). A
+Python the machine lacks (SWE-bench's 3.5) is said when the environment is built.
 
 An install that builds C extensions in place (``setup.py build``, ``build_ext``,
 ``--no-build-isolation``, and the repos known to: astropy, scikit-learn) is an `EnvSpec`
