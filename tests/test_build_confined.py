@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aexec._environments import build
+from aexec._environments import uv
 from aexec._environments.build import ensure
 from aexec._environments.spec import EnvBroken, EnvSpec
 
@@ -259,7 +259,7 @@ def test_a_build_past_its_deadline_is_killed_whole(
     # The deadline holds each uv step; the one that runs setup.py first fetches setuptools
     # through the proxy (a second or two, more under load): 12 s leaves it room, and the
     # watch below fails the test, rather than letting it pass unproven, if it was not enough.
-    monkeypatch.setattr(build, "BUILD_TIMEOUT_S", 12.0)
+    monkeypatch.setattr(uv, "BUILD_TIMEOUT_S", 12.0)
     watch = _Watch(token)
     start = time.monotonic()
     try:

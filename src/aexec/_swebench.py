@@ -181,13 +181,14 @@ def _from_specs(where: str, r: Any, ident: str, checkout: str, table: Any) -> tu
     """The environment, test command and note (what aexec does in place of the spec's
     locale setup) SWE-bench's spec table gives an instance: its repo (``repo_name``,
     else read from the id ``owner__name-N``) at its ``version``."""
-    from ._environments.swebench import lookup, repo_of
+    from ._environments.swebench import lookup, read_text, repo_of
 
     version = _field(where, r, "version")
     name = _string(where, r, "repo_name", required=False) or repo_of(ident)
     if name is None:
         raise RequestError(f"{where}: no `repo_name`, and the id is not SWE-bench's owner__name-N")
-    entry = lookup(table, name, str(version), lambda p: os.path.isfile(os.path.join(checkout, p)))
+    at = functools.partial
+    entry = lookup(table, name, str(version), at(_exists, checkout), at(read_text, checkout))
     return entry.environment, entry.test_cmd, entry.note
 
 

@@ -35,22 +35,22 @@ import attrs
 from .._driver.wire import REPO_VIEW
 from .._log import get_logger
 from .._stages.keys import environment_key, resolution_key, setup_key
-from . import confine
+from . import confine, system
 from .edits import apply as apply_edits
 from .edits import included, repinned, without_pins
 from .edits import paths as edit_paths
 from .interpreters import find_interpreters
 from .spec import SETUP_FILES, EnvBroken, EnvSpec, pick_interpreter, version_tuple
-from .store import fail, once, unique_bytes
+from .store import once, unique_bytes
+from .uv import BUILD_TIMEOUT_S as BUILD_TIMEOUT_S  # re-exported: its callers import it here
+from .uv import TAIL_LINES as TAIL_LINES
+from .uv import uv_binary as uv_binary
+from .uv import uv_step
 from .versions import exclude_newer_of as exclude_newer_of  # re-exported: its callers import it here
 from .versions import generated, scm_env
 
 log = get_logger(__name__)
 
-#: How long one uv step may take.
-BUILD_TIMEOUT_S = 1800.0
-#: Lines of uv's output an ``env_broken`` build failure carries.
-TAIL_LINES = 30
 MARKER = "aexec-env.json"
 #: uv's settings that change what a resolution finds: part of the resolution key.
 INDEX_VARS = (
@@ -93,18 +93,6 @@ def default_root(cache_dir: str | None) -> str:
     return os.path.join(base, "aexec", "envs")
 
 
-def uv_binary() -> str:
-    try:
-        from uv import find_uv_bin
-
-        return str(find_uv_bin())
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if found is None:
-            raise EnvBroken("unsupported", "uv is not installed (pip install uv)") from None
-        return found
-
-
 def setup_hash(repo: str, spec: EnvSpec) -> str:
     """SHA-256 of the repo's setup files and the spec's requirement files (absent: None),
     as the spec's ``edits`` leave them."""
@@ -119,61 +107,6 @@ def setup_hash(repo: str, spec: EnvSpec) -> str:
                 raise EnvBroken("build", f"requirements file {name!r} is not in the repo") from None
             files[name] = None
     return setup_key(files)
-
-
-def uv_step(
-    root: str,
-    key: str,
-    step: str,
-    argv: list[str],
-    *,
-    cwd: str,
-    writable: list[str],
-    python: str,
-    extra_env: Mapping[str, str] | None = None,
-) -> None:
-    """Run one uv step confined (`confine`: only ``writable`` and uv's cache writable, the
-    package index the only network; niced: builds yield the cores to test runs), its
-    output in ``logs/<key>.log``; a failure is recorded under ``key`` and raised as `EnvBroken`."""
-    env = {
-        **(extra_env or {}),
-        # A log is no terminal: uv would wrap a failing build's output at $COLUMNS.
-        **{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
-        "UV_CACHE_DIR": os.path.join(root, "uv-cache"),
-        "UV_PYTHON_DOWNLOADS": "never",
-        "UV_NO_CONFIG": "1",
-        "UV_LINK_MODE": "hardlink",
-        "UV_CONCURRENT_BUILDS": "1",
-        "TMPDIR": os.path.join(root, "tmp"),
-    }
-    os.makedirs(os.path.join(root, "logs"), exist_ok=True)
-    logfile = os.path.join(root, "logs", key + ".log")
-    # The root is one writable mount (uv hardlinks from its cache into an environment:
-    # never across mounts); its other parts are hidden or root's, ``writable`` the build's.
-    cache = os.path.join(root, "uv-cache")
-    os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
-    hidden = [os.path.join(root, n) for n in sorted(os.listdir(root)) if n not in ("uv-cache", "envs")]
-    done = confine.run(
-        [uv_binary(), *argv],
-        env=env,
-        cwd=cwd,
-        writable=[root, *writable],
-        owned=[cache, *writable],
-        hidden=hidden,
-        programs=[uv_binary(), python],
-        scratch=os.path.join(root, "tmp"),
-        timeout=BUILD_TIMEOUT_S,
-    )
-    output, rc = done.output, done.returncode
-    if done.boundary is not None:  # aexec's or the machine's, not the build's: not recorded
-        raise EnvBroken("build", f"{step}: the build's boundary could not be made ({done.boundary})")
-    with open(logfile, "a", encoding="utf-8") as f:
-        f.write(f"$ uv {' '.join(argv)}\n{output}\n")
-    if rc != 0:
-        tail = "\n".join(
-            output.replace(os.path.join(root, "tmp"), "<tmp>").strip().splitlines()[-TAIL_LINES:]
-        )
-        raise fail(root, key, "build", f"{step} failed (exit {rc}); log {logfile}; its tail:\n{tail}")
 
 
 def _project_file(copy: str) -> str | None:
@@ -357,7 +290,10 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
     lock, made = _lock_of(spec, repo, interpreter, exclude, root, rkey)
     lock_hash = hashlib.sha256(lock.encode()).hexdigest()
     repo_at = REPO_VIEW if spec.install == "deps" else None
-    key = environment_key(interpreter=ident, lock_hash=lock_hash, setup_hash=setup, repo_at=repo_at)
+    debs = system.resolve(spec.apt, root) if spec.apt else None
+    key = environment_key(
+        interpreter=ident, lock_hash=lock_hash, setup_hash=setup, repo_at=repo_at, system=debs
+    )
     path = os.path.join(root, "envs", key)
     python = os.path.join(path, "bin", "python")
 
@@ -401,6 +337,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
         uv_step(root, key, "installing (uv pip install)", argv, cwd=root, writable=[path], python=interpreter)
         if repo_at is not None:
             install_repo_view(path)
+        unpacked = system.install(debs, path, root) if debs else None
         confine.seal(path)  # root's: no later build changes it
         marker = {
             "key": key,
@@ -411,6 +348,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
             "resolution": rkey,
             "seconds": round(time.monotonic() - start, 3),
             "unique_bytes": unique_bytes(path),
+            **({"system": unpacked} if unpacked else {}),
         }
         log.info("environment_built", key=key[:12], seconds=marker["seconds"])
         return marker

@@ -163,6 +163,9 @@ def ls_main(args: Any) -> int:
             f"  {int(m.get('unique_bytes', 0)) / 2**20:7.1f} MiB own"
             f"  used {time.strftime('%Y-%m-%d %H:%M', time.localtime(m['used']))}  {extra}"
         )
+        if isinstance(debs := m.get("system"), dict):  # its Debian packages (`system`)
+            names = " ".join(map(str, debs.get("packages") or ()))
+            print(f"{'':12}  Debian packages, {int(debs.get('bytes', 0)) / 2**20:.1f} MiB: {names}")
     builds = _inplace_markers(root)
     for m in builds:
         if m.get("partial"):

@@ -45,7 +45,8 @@ from .._boundary.trees import copy_ignore
 from .._log import get_logger
 from .._stages.keys import inplace_key
 from . import confine, versions
-from .build import BUILD_TIMEOUT_S, TAIL_LINES, Built, uv_step
+from .build import Built
+from .uv import BUILD_TIMEOUT_S, TAIL_LINES, uv_step
 from .edits import norm
 from .spec import EnvBroken
 from .store import fail, once, read_json

@@ -15,9 +15,10 @@ read as data, never run) of the setup files the build reads: they change the pin
 resolves (and its key), never the candidate's copy. ``build_isolation: false`` builds
 the repo's metadata in the environment after its packages (pip's ``--no-build-isolation``);
 ``build_constraints`` hold the isolated builds' requirements (``setuptools<81``);
-``repo_version`` is the repo's version where its checkout's git has no tag. ``system`` names what a pip
-environment cannot give (``conda: …``, ``apt: …``): such a spec is ``env_broken``, kind
-``unsupported``.
+``repo_version`` is the repo's version where its checkout's git has no tag. ``apt`` names
+Debian packages unpacked into the environment's own prefix
+(`aexec._environments.system`), never the host's. ``system`` names what the environment
+cannot give (``conda: …``): such a spec is ``env_broken``, kind ``unsupported``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ _VERSION = re.compile(r"^3\.\d{1,2}(\.\d{1,2})?$|^2\.7(\.\d{1,2})?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 _RELEASE = re.compile(r"^\d+(\.\d+)*$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: Debian packages that do not work unpacked outside ``/`` (`aexec._environments.system`),
+#: and why: the environment that names one is ``unsupported``.
+NOT_RELOCATABLE = {
+    "libenchant-2-dev": "libenchant-2 loads its spelling providers from"
+    " /usr/lib/x86_64-linux-gnu/enchant-2 alone, never from the environment's prefix",
+}
+#: A Debian package's name (Policy 5.6.1): never an option to apt.
+_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _FIELDS = (
     "python",
     "requirements",
@@ -56,6 +65,7 @@ _FIELDS = (
     "build_isolation",
     "build_constraints",
     "repo_version",
+    "apt",
 )
 
 
@@ -86,7 +96,7 @@ def _check(spec: EnvSpec) -> None:
         raise RequestError(
             f"environment.python must be a version like '3.11' or '3.11.7', got {spec.python!r}"
         )
-    for name in ("requirements", "packages", "extras", "edits", "system", "build_constraints"):
+    for name in ("requirements", "packages", "extras", "edits", "system", "build_constraints", "apt"):
         if not isinstance(getattr(spec, name), tuple):
             raise RequestError(f"environment.{name} must be a list of strings")
     for i, path in enumerate(spec.requirements):
@@ -96,6 +106,9 @@ def _check(spec: EnvSpec) -> None:
     for i, extra in enumerate(spec.extras):
         if not _EXTRA.match(extra):
             raise RequestError(f"environment.extras[{i}] is not an extra's name: {extra!r}")
+    for i, name in enumerate(spec.apt):
+        if not _DEB_NAME.match(name):
+            raise RequestError(f"environment.apt[{i}] is not a Debian package's name: {name!r}")
     for i, command in enumerate(spec.edits):
         try:
             path = parse(command).path
@@ -141,7 +154,7 @@ class EnvSpec:
     install: str = "deps"
     #: Resolve as of this date (RFC 3339), or ``base``: the repo's HEAD commit time.
     exclude_newer: str | None = None
-    #: What it needs beyond pip (``conda: gdal``, ``apt: libxml2-dev``): unsupported here.
+    #: What it needs that cannot be had (``conda: cdms2``): unsupported here.
     system: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("system"))
     #: ``sed -i`` edits of the setup files, made before resolving (`aexec._environments.edits`).
     edits: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("edits"))
@@ -158,6 +171,9 @@ class EnvSpec:
     #: The repo's version where its checkout's ``PKG-INFO`` and git tags give none
     #: (``aexec._environments.versions``): SWE-bench's ``version`` of the instance.
     repo_version: str | None = None
+    #: Debian packages unpacked into the environment's prefix (with what apt says they
+    #: need and the host lacks), on the run's PATH and LD_LIBRARY_PATH.
+    apt: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("apt"))
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -176,12 +192,16 @@ class EnvSpec:
             **({"build_isolation": False} if not self.build_isolation else {}),
             **({"build_constraints": list(self.build_constraints)} if self.build_constraints else {}),
             **({"repo_version": self.repo_version} if self.repo_version else {}),
+            **({"apt": list(self.apt)} if self.apt else {}),
         }
 
     def unsupported(self) -> str | None:
         """Why no interpreter-independent reading of the spec can be built here, or None."""
         if self.system:
             return f"needs more than pip: {'; '.join(self.system)}"
+        fixed = [f"apt's {p}: {NOT_RELOCATABLE[p]}" for p in self.apt if p in NOT_RELOCATABLE]
+        if fixed:
+            return fixed[0]
         if version_tuple(self.python)[:2] < MIN_PYTHON:
             return (
                 f"Python {self.python}: aexec's driver runs on Python"
@@ -202,7 +222,7 @@ def from_json(data: Any) -> EnvSpec:
     if "python" not in data:
         raise RequestError("environment: missing `python` (a version like '3.11')")
     fields = {k: v for k, v in data.items() if v is not None}
-    for name in ("requirements", "packages", "extras", "edits", "system", "build_constraints"):
+    for name in ("requirements", "packages", "extras", "edits", "system", "build_constraints", "apt"):
         if name in fields and not isinstance(fields[name], list):
             raise RequestError(f"environment.{name} must be a list of strings")
     return EnvSpec(**fields)

@@ -15,11 +15,16 @@ and only when asked) read into an `EnvSpec` and the spec's test command, as data
   candidate under ``C.UTF-8``, whose encodings (filesystem, stdio, preferred) are
   UTF-8 as under SWE-bench's ``en_US.UTF-8``; `SpecEntry.note` says so.
 
+- ``apt-get install -y PKGS`` (in ``pre_install``, or ``apt-pkgs``): the environment's
+  ``apt``, unpacked into its own prefix (`aexec._environments.system`);
+- ``packages: environment.yml``: the checkout's (``read``, `lookup`), read by
+  `aexec._environments.conda`'s tables.
+
 A spec that needs more than that is an `EnvSpec` whose ``system`` says, in one line
-each, what is missing (an ``env_broken`` ``unsupported`` observation when run): a conda
-``environment.yml``, apt packages, another command; matplotlib (apt's ffmpeg and
-friends, and its build downloads qhull). A Python the machine lacks (SWE-bench's 3.5)
-is said when the environment is built.
+each, what is missing (an ``env_broken`` ``unsupported`` observation when run): no
+``environment.yml`` in the checkout, a conda package no table names, another command;
+matplotlib (its build needs qhull's sources, downloaded by its ``pre_install``). A
+Python the machine lacks (SWE-bench's 3.5) is said when the environment is built.
 
 An install that builds C extensions in place (``setup.py build``, ``build_ext``,
 ``--no-build-isolation``, and the repos known to: astropy, scikit-learn) is an `EnvSpec`
@@ -45,6 +50,7 @@ from it is not done here.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -53,6 +59,7 @@ from typing import Any
 import attrs
 
 from .._errors import RequestError
+from .conda import read as read_conda
 from .edits import EditError, norm, parse
 from .spec import SETUP_FILES, EnvSpec
 
@@ -60,8 +67,11 @@ __all__ = ["SpecEntry", "Table", "from_spec", "load_table", "lookup", "repo_of"]
 
 #: Repos whose install builds C extensions in place (SWE-bench's install hides it).
 C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "matplotlib/matplotlib"})
-#: Of those, the ones whose in-place build needs more than pip (apt packages, a download).
-UNSUPPORTED_BUILDS = {"matplotlib/matplotlib": "apt's ffmpeg, imagemagick, … and a qhull download"}
+#: Of those, the ones whose in-place build needs what cannot be had here: the one reason.
+UNSUPPORTED_BUILDS = {
+    "matplotlib/matplotlib": "builds C extensions in place against qhull's sources, which its"
+    " pre_install downloads (wget) from qhull.org, a host this machine does not reach"
+}
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
 #: pip builds the repo in the environment, after its packages (scikit-learn <= 1.4); as it
 #: does a repo without ``pyproject.toml`` (its legacy path, ``setup.py develop``).
@@ -133,9 +143,11 @@ def from_spec(
     *,
     pyproject: bool = True,
     version: str | None = None,
+    environment_yml: str | None = None,
 ) -> EnvSpec:
     """The `EnvSpec` of one SWE-bench spec (see the module docstring); ``packages:
-    requirements.txt`` means ``requirements_file`` (SWE-bench's path for the repo);
+    requirements.txt`` means ``requirements_file`` (SWE-bench's path for the repo),
+    ``packages: environment.yml`` the text ``environment_yml`` (`aexec._environments.conda`);
     ``pyproject``: the checkout has a ``pyproject.toml``; ``version``: the instance's (the
     repo's version where its checkout's git has no tag)."""
     system: list[str] = []
@@ -145,17 +157,25 @@ def from_spec(
     install = str(spec.get("install") or "")
     packages = [str(p) for p in spec.get("pip_packages") or ()]
     requirements: list[str] = []
+    apt_listed: list[str] = []
     listed = spec.get("packages")
     if listed == "requirements.txt":
         requirements.append(requirements_file)
     elif listed == "environment.yml":
-        system.append("conda: environment.yml")
+        conda = read_conda(environment_yml) if environment_yml is not None else None
+        if conda is None:
+            system.append("conda: no environment.yml in the checkout")
+        else:  # SWE-bench's pip_packages are installed after it: their pins win
+            pinned = {_name(p) for p in packages}
+            packages = [*(p for p in conda.packages if _name(p) not in pinned), *packages]
+            apt_listed += conda.apt
+            system += conda.unsupported
     elif isinstance(listed, str) and listed.strip():
         reqs, bad = _conda_packages(listed)
         reqs = [CONDA_AS_PIP.get(python, {}).get(r.lower(), r) for r in reqs]
         packages = [*reqs, *packages]
         system += [f"conda: {b}" for b in bad]
-    apt = [str(a) for a in spec.get("apt-pkgs") or ()]
+    apt = [*apt_listed, *(str(a) for a in spec.get("apt-pkgs") or ())]
     edits: list[str] = []
     other: list[str] = []
     for command in map(str, spec.get("pre_install") or ()):
@@ -166,8 +186,6 @@ def from_spec(
             apt += what.split()
         elif kind == "other":
             other.append(what)
-    if apt:
-        system.append(f"apt packages: {' '.join(dict.fromkeys(apt))}")
     if other:
         system.append(other[0] + (f" (and {len(other) - 1} more commands)" if len(other) > 1 else ""))
     # SWE-bench installs the repo after pip_packages: a package an edit re-pins in the
@@ -186,8 +204,8 @@ def from_spec(
         elif (exported := _export(command)) is not None and not _utf8_locale(*exported):
             system.append(f"eval_commands sets {command[7:][:120]}, which aexec's runs do not carry")
     inplace = repo in C_EXTENSION_REPOS or bool(_IN_PLACE.search(install))
-    if repo in UNSUPPORTED_BUILDS:
-        system.append(f"builds C extensions in place with {UNSUPPORTED_BUILDS[repo]}")
+    if repo in UNSUPPORTED_BUILDS and "qhull" in " ".join(map(str, spec.get("pre_install") or ())).lower():
+        system = [UNSUPPORTED_BUILDS[repo]]
     extras = tuple(e.strip() for m in _EXTRAS.findall(install) for e in m.split(",") if e.strip())
     mode = "deps" if install else "none"
     try:
@@ -204,6 +222,7 @@ def from_spec(
             build_constraints=tuple(p for p in packages if _name(p) == "setuptools" and p != "setuptools")
             or (SETUPTOOLS,),
             repo_version=version if version and re.match(r"^\d+(\.\d+)*$", version) else None,
+            apt=tuple(dict.fromkeys(apt)),
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))
@@ -270,6 +289,8 @@ class Table:
 
     specs: Mapping[str, Mapping[str, Mapping[str, Any]]]
     requirements: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    #: Where each repo keeps its conda ``environment.yml`` (``MAP_REPO_TO_ENV_YML_PATHS``).
+    environment_ymls: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
 
 
 def load_table() -> Table:
@@ -282,7 +303,21 @@ def load_table() -> Table:
             f"--specs swebench needs the swebench package (pip install 'aexec[swebench]'): {e}"
         ) from None
     paths = getattr(constants, "MAP_REPO_TO_REQS_PATHS", {})
-    return Table(constants.MAP_REPO_VERSION_TO_SPECS, {r: tuple(p) for r, p in paths.items()})
+    ymls = getattr(constants, "MAP_REPO_TO_ENV_YML_PATHS", {})
+    return Table(
+        constants.MAP_REPO_VERSION_TO_SPECS,
+        {r: tuple(p) for r, p in paths.items()},
+        {r: tuple(p) for r, p in ymls.items()},
+    )
+
+
+def read_text(checkout: str, path: str) -> str | None:
+    """A checkout's file as text (`lookup`'s ``read``), or None."""
+    try:
+        with open(os.path.join(checkout, path), encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def repo_of(instance_id: str) -> str | None:
@@ -292,11 +327,16 @@ def repo_of(instance_id: str) -> str | None:
 
 
 def lookup(
-    table: Table, repo: str, version: str, exists: Callable[[str], bool] = lambda _: True
+    table: Table,
+    repo: str,
+    version: str,
+    exists: Callable[[str], bool] = lambda _: True,
+    read: Callable[[str], str | None] = lambda _: None,
 ) -> SpecEntry:
     """The (repo, version) entry; one not in the table is an unsupported environment.
     ``exists`` says whether the checkout has a path: SWE-bench reads the first of the
-    repo's requirement paths that exists."""
+    repo's requirement paths that exists; ``read`` gives a path's text (None: absent),
+    of the first of its ``environment.yml`` paths the checkout has."""
     spec = table.specs.get(repo, {}).get(version)
     if spec is None:
         env = EnvSpec(_FALLBACK_PYTHON, system=(f"SWE-bench has no spec for {repo} {version}",))
@@ -306,5 +346,14 @@ def lookup(
     evals = tuple(str(c) for c in spec.get("eval_commands") or ())
     paths = table.requirements.get(repo, ("requirements.txt",))
     found = next((p for p in paths if exists(p)), paths[0] if paths else "requirements.txt")
-    env = from_spec(repo, spec, found, pyproject=exists("pyproject.toml"), version=version)
-    return SpecEntry(repo, version, env, test_cmd, evals, run_note(spec))
+    yml = next(
+        (t for p in table.environment_ymls.get(repo, ("environment.yml",)) if (t := read(p)) is not None),
+        None,
+    )
+    note = run_note(spec)
+    if spec.get("packages") == "environment.yml" and yml is not None:
+        note = "; ".join(n for n in (note, *read_conda(yml).left_out) if n) or None
+    env = from_spec(
+        repo, spec, found, pyproject=exists("pyproject.toml"), version=version, environment_yml=yml
+    )
+    return SpecEntry(repo, version, env, test_cmd, evals, note)

@@ -20,6 +20,7 @@ from .._boundary.forkserver import PER_RUN_ENV, ForkServer, ServerGone
 from .._boundary.leftovers import default_registry
 from .._boundary.scratch import SCRATCH_PREFIX, make_etc
 from .._environments.build import default_root
+from .._environments.system import run_env
 from .._log import get_logger
 from .._options import Options
 from .._stages.keys import server_key
@@ -157,6 +158,6 @@ class Warm:
         if env is None:
             placeholder = Scratch(os.path.join(tempfile.gettempdir(), "aexec-server"))
             env = self._server_envs[(python, autoload)] = candidate_env(
-                placeholder, python, autoload=autoload
+                placeholder, python, autoload=autoload, system=run_env(python)
             )
         return env

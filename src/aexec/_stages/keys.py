@@ -210,12 +210,22 @@ def resolution_key(*, spec: Any, interpreter: str, setup_hash: str, index: Any) 
     return cache_key(role="env-resolution", spec=spec, interpreter=interpreter, setup=setup_hash, index=index)
 
 
-def environment_key(*, interpreter: str, lock_hash: str, setup_hash: str, repo_at: str | None = None) -> str:
-    """What is built: the interpreter, the resolved lock, the repo's setup files, and
-    where its editable install of the repo points (None: none). Two specs that resolve
-    to one lock share one environment."""
-    at = {} if repo_at is None else {"repo_at": repo_at}
-    return cache_key(role="environment", interpreter=interpreter, lock=lock_hash, setup=setup_hash, **at)
+def environment_key(
+    *, interpreter: str, lock_hash: str, setup_hash: str, repo_at: str | None = None, system: Any = None
+) -> str:
+    """What is built: the interpreter, the resolved lock, the repo's setup files, where
+    its editable install of the repo points (None: none), and the Debian packages,
+    ``name=version``, unpacked into it. Two specs that resolve to one lock share one
+    environment."""
+    parts = {} if repo_at is None else {"repo_at": repo_at}
+    parts |= {} if system is None else {"system": system}
+    return cache_key(role="environment", interpreter=interpreter, lock=lock_hash, setup=setup_hash, **parts)
+
+
+def system_key(*, packages: Any, host: Any) -> str:
+    """What a set of Debian packages resolves from: the names and the host (its release,
+    its architecture); its answer is the ``name=version`` list apt chose."""
+    return cache_key(role="system-resolution", packages=packages, host=host)
 
 
 def inplace_key(*, environment: str, requires: Any, sources: Mapping[str, str], argv: Any) -> str:

@@ -9,7 +9,7 @@ pytest is asked — and returns it frozen, to be written as the wire's `Instruct
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -103,6 +103,8 @@ class RunFacts:
     autoload: bool = True
     #: The request's ``stdin``, written in the private dir: the candidate's standard input.
     stdin_file: str | None = None
+    #: What finds the environment's Debian packages (`candidate_env`'s ``system``).
+    system: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen
@@ -153,14 +155,23 @@ def modules(paths: Iterable[str], roots: Sequence[str], work: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def candidate_env(scratch: Scratch, python: str, *, autoload: bool = True) -> dict[str, str]:
+def candidate_env(
+    scratch: Scratch, python: str, *, autoload: bool = True, system: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The whole environment a candidate sees: declared, minimal, none of the host's.
 
     ``autoload=False`` (a request's ``pytest_plugins: "none"``) keeps pytest from loading
-    the interpreter's plugins by their entry points."""
+    the interpreter's plugins by their entry points. ``system``: what finds the
+    environment's Debian packages (`aexec._environments.system.run_env`), its ``PATH``
+    after the interpreter's directory, ``XDG_DATA_DIRS`` before the system's."""
     bindir = os.path.dirname(python)
+    extra = dict(system or {})
+    bins = [bindir, *extra.pop("PATH", "").split(os.pathsep), "/usr/local/bin", "/usr/bin", "/bin"]
+    if "XDG_DATA_DIRS" in extra:
+        extra["XDG_DATA_DIRS"] += os.pathsep + "/usr/local/share:/usr/share"
     env = {
-        "PATH": os.pathsep.join(dict.fromkeys([bindir, "/usr/local/bin", "/usr/bin", "/bin"])),
+        **extra,
+        "PATH": os.pathsep.join(dict.fromkeys(b for b in bins if b)),
         "HOME": scratch.home,
         "USER": "aexec",
         "LOGNAME": "aexec",
@@ -356,5 +367,5 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         instructions["steps"], child = lang_steps(facts, env, address_space)
         if child is not None:
             rlimits["RLIMIT_AS"] = child
-    env_vars = candidate_env(scratch, facts.python, autoload=facts.autoload)
+    env_vars = candidate_env(scratch, facts.python, autoload=facts.autoload, system=dict(facts.system))
     return Plan(instructions=instructions, env=tuple(sorted(env_vars.items())), report=report, limits=lim)
