@@ -46,10 +46,10 @@ from .._log import get_logger
 from .._stages.keys import inplace_key
 from . import confine, versions
 from .build import Built
-from .uv import BUILD_TIMEOUT_S, TAIL_LINES, uv_step
 from .edits import norm
 from .spec import EnvBroken
 from .store import fail, once, read_json
+from .uv import BUILD_TIMEOUT_S, TAIL_LINES, uv_step
 
 log = get_logger(__name__)
 
