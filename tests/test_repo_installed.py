@@ -17,7 +17,7 @@ import pytest
 
 from aexec import Candidate, observe_many
 from aexec._driver.wire import REPO_VIEW
-from aexec._environments.build import REPO_PTH, ensure
+from aexec._environments.build import REPO_AT, REPO_FINDER, REPO_PTH, ensure
 from aexec._options import Options
 from aexec._stages.keys import environment_key
 
@@ -57,6 +57,15 @@ TESTS = """\
         assert not where.startswith(ORIGINAL) and not os.path.exists(ORIGINAL)
 
 
+    def test_the_copy_wins_over_a_release_the_environment_holds(tmp_path):
+        # The environment holds a release providing `proj` (as pytest's holds a pytest):
+        # the candidate's copy is what a process imports, as after pip install -e.
+        env = {{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}}
+        code = "import proj; print(proj.f(), proj.__file__)"
+        name, where = run([sys.executable, "-c", code], tmp_path, env)
+        assert name == "copy" and "site-packages" not in where
+
+
     def test_import_with_a_pythonpath_of_its_own(tmp_path):
         env = dict(os.environ, PYTHONPATH=str(tmp_path))
         code = "import pkg; print(pkg.NAME, pkg.__file__)"
@@ -64,6 +73,8 @@ TESTS = """\
         assert name == "fixed"
 """
 INIT = "NAME = 'base'\n"
+#: With `aexec_shadow`, a release that provides the module `proj` (the index's wheel).
+ENV = spec(packages=("aexec_shadow",))
 
 
 def repo_files(original: Path) -> dict[str, str]:
@@ -71,6 +82,7 @@ def repo_files(original: Path) -> dict[str, str]:
         "pyproject.toml": '[project]\nname = "pkg"\nversion = "0"\n',
         "pkg/__init__.py": INIT,
         "pkg/__main__.py": MAIN,
+        "proj/__init__.py": "def f():\n    return 'copy'\n",
         "tests/test_sub.py": TESTS.format(original=str(original)),
     }
 
@@ -83,24 +95,24 @@ async def test_a_tests_subprocess_imports_the_candidates_copy_warm_and_cold(
     root = tmp_path / "envs"
     patch = diff("pkg/__init__.py", INIT, "NAME = 'fixed'\n")
     cand = Candidate(
-        "run_suite", "patch", repo=str(repo), patch=patch, tests=("tests/test_sub.py",), environment=spec()
+        "run_suite", "patch", repo=str(repo), patch=patch, tests=("tests/test_sub.py",), environment=ENV
     )
     for options in (Options(env_dir=str(root)), Options(env_dir=str(root), forkserver=False)):
         (obs,) = await observe_many([cand], options=options)
         assert obs.verdict == "pass", (obs.error, obs.stdout[-3000:])
-        assert [t.verdict for t in obs.test_results] == ["passed", "passed"]
-    built = ensure(spec(), str(repo), str(root))
+        assert [t.verdict for t in obs.test_results] == ["passed"] * 3
+    built = ensure(ENV, str(repo), str(root))
     sites = list(Path(built.path).glob(f"lib/python*/site-packages/{REPO_PTH}"))
-    assert [p.read_text().split() for p in sites] == [[REPO_VIEW, f"{REPO_VIEW}/src"]]
+    assert [p.read_text() for p in sites] == [f"import {REPO_FINDER}\n"]
     assert not os.path.exists(REPO_VIEW)  # on the host, the .pth's path is no path: ignored
     # Without namespaces there is no view, so no fixed path: as before, a subprocess finds
     # the repo only from its cwd or a PYTHONPATH naming it (docs/environments.md).
     (obs,) = await observe_many([cand], options=Options(env_dir=str(root), namespaces=False))
-    assert [t.verdict for t in obs.test_results] == ["failed", "failed"]
+    assert [t.verdict for t in obs.test_results] == ["failed"] * 3
     assert "No module named pkg" in str(obs.failure and obs.failure.message), obs.failure
 
 
 def test_the_editable_install_is_part_of_the_environments_key() -> None:
     key = {"interpreter": "/usr/bin/python3.11 3.11.2", "lock_hash": "l", "setup_hash": "s"}
-    assert environment_key(**key) != environment_key(**key, repo_at=REPO_VIEW)
+    assert environment_key(**key) != environment_key(**key, repo_at=REPO_AT)
     assert environment_key(**key, repo_at=None) == environment_key(**key)

@@ -249,17 +249,43 @@ def _lock_of(
     return str(record["lock"]), files
 
 
-#: The editable install's file in site-packages (``.pth``: read by every interpreter start).
+#: The editable install's file in site-packages (``.pth``: read by every interpreter
+#: start), and the module its one line imports.
 REPO_PTH = "aexec-repo.pth"
+REPO_FINDER = "aexec_repo_view"
+#: Where the install puts the repo on ``sys.path``, and so part of the environment's key.
+REPO_AT = REPO_VIEW + " (its root and src/, ahead of site-packages)"
+_FINDER_SOURCE = f"""\
+\"\"\"aexec: the repo under test, installed for every process of a run (as pip install -e).
+
+Its root and src/ where the run's view holds the run's copy, ahead of site-packages, as
+``setup.py develop`` put them: the copy wins over a release of the same package the
+environment holds (pytest's own repo, whose runs need a pytest). Outside a view the
+paths do not exist: nothing is added.\"\"\"
+import os
+import sys
+
+
+def install():
+    paths = [p for p in ({REPO_VIEW!r}, {REPO_VIEW + "/src"!r}) if os.path.isdir(p) and p not in sys.path]
+    sites = [n for n, p in enumerate(sys.path) if os.path.basename(p) == "site-packages"]
+    at = sites[0] if sites else len(sys.path)
+    sys.path[at:at] = paths
+
+
+install()
+"""
 
 
 def install_repo_view(env: str) -> None:
     """The repo installed as ``pip install -e .`` does, for every process of a run: a
-    ``.pth`` naming where the run's view holds its copy (its root, and ``src/`` in a src
-    layout; `aexec._driver.view`). Outside a view the path does not exist: ignored."""
+    ``.pth`` importing `REPO_FINDER`, which puts where the run's view holds its copy
+    (`aexec._driver.view`) on ``sys.path`` ahead of site-packages."""
     for site in glob.glob(os.path.join(env, "lib", "python*", "site-packages")):
+        with open(os.path.join(site, REPO_FINDER + ".py"), "w", encoding="utf-8") as f:
+            f.write(_FINDER_SOURCE)
         with open(os.path.join(site, REPO_PTH), "w", encoding="utf-8") as f:
-            f.write(f"{REPO_VIEW}\n{REPO_VIEW}/src\n")
+            f.write(f"import {REPO_FINDER}\n")
 
 
 def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
@@ -289,7 +315,7 @@ def ensure(spec: EnvSpec, repo: str, root: str) -> Built:
     )
     lock, made = _lock_of(spec, repo, interpreter, exclude, root, rkey)
     lock_hash = hashlib.sha256(lock.encode()).hexdigest()
-    repo_at = REPO_VIEW if spec.install == "deps" else None
+    repo_at = REPO_AT if spec.install == "deps" else None
     debs = system.resolve(spec.apt, root) if spec.apt else None
     key = environment_key(
         interpreter=ident, lock_hash=lock_hash, setup_hash=setup, repo_at=repo_at, system=debs
