@@ -49,7 +49,7 @@ def _cases() -> list[dict[str, Any]]:
 
 #: ``prlimit --fsize=1024`` has no policy field (the disk cap is 512 MiB, too big to
 #: fill here); its parser reading is covered by the recording (tests/unit/test_languages.py).
-NOT_THROUGH_POLICY = {("c", "resource_fsize")}
+NOT_THROUGH_POLICY = {("c", "resource_fsize"), ("bash", "resource_fsize")}
 
 
 def _policy(case: dict[str, Any]) -> Policy:

@@ -98,6 +98,6 @@ async def test_pruning_a_full_cache_does_not_stall_the_loop(tmp_path: Path) -> N
     left = [n for n in os.listdir(cache) if n.endswith(".json")]
     assert len(left) <= 18_000 + 10, "the cache was not pruned"
     assert sum(n.startswith("junk") for n in left) < 18_000, "the pruned entries were not the oldest"
-    assert gap < STALL_S, f"the event loop stalled for {gap:.2f}s while pruning ({ticks} ticks)"
+    assert gap < slack(STALL_S), f"the event loop stalled for {gap:.2f}s while pruning ({ticks} ticks)"
     (again,) = await observe_many([cand], options=opts)
     assert again.cache_hit, "the entry written while pruning was pruned itself"

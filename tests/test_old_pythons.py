@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from aexec import Candidate, ExecutionObservation, Options, observe_many
+from aexec._boundary import DRIVER
 from aexec._environments.build import uv_binary
 from aexec._environments.spec import EnvSpec
-from aexec._pipeline.run import DRIVER
 
 from .conftest import diff
 from .test_forkserver import served_pids
