@@ -8,6 +8,7 @@ is blocking I/O: the pipeline calls these in worker threads.
 
 from __future__ import annotations
 
+import base64
 import configparser
 import difflib
 import hashlib
@@ -18,7 +19,14 @@ from collections.abc import Callable, Iterable, Iterator
 
 from .._errors import AexecError
 from .._records import Change
-from .._types import CHANGES_DIFF_CHARS, CHANGES_DIFF_FILE_BYTES, CHANGES_HASH_BYTES, CHANGES_LISTED
+from .._types import (
+    CHANGES_DIFF_CHARS,
+    CHANGES_DIFF_FILE_BYTES,
+    CHANGES_HASH_BYTES,
+    CHANGES_LISTED,
+    MAX_FETCH_BYTES,
+    MAX_FETCH_TOTAL_BYTES,
+)
 
 #: Never copied into a view, never hashed: caches and VCS metadata, not code.
 EXCLUDED_NAMES = frozenset(
@@ -353,3 +361,15 @@ def read_inside(root: str, rel: str, limit: int) -> bytes | None:
             return None
         data = f.read(limit + 1)
     return None if len(data) > limit else data
+
+
+def fetch_inside(work: str, paths: tuple[str, ...]) -> dict[str, str | None]:
+    """``fetch_files`` after the run: each path's content, base64; None if it is absent,
+    not a regular file, reached through a link, or over its cap (or the total's)."""
+    out: dict[str, str | None] = {}
+    room = MAX_FETCH_TOTAL_BYTES
+    for rel in paths:
+        data = read_inside(work, rel, min(MAX_FETCH_BYTES, room))
+        room -= 0 if data is None else len(data)
+        out[rel] = None if data is None else base64.b64encode(data).decode("ascii")
+    return out

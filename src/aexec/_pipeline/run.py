@@ -7,15 +7,13 @@
 3. **collect** (`collect`, one worker-thread hop): parse the evidence, diff the scratch
    root, read what the repo defines of what the run found missing.
 
-What the run needs warm (its fork server, the repo's bytecode) is awaited before it
-starts. A patch that does not apply comes back as data (`Outcome.refused`,
-``oracle_refused``), and so does the scratch root (`Done.scratch`): the caller removes
-it once the observation is delivered. Only a failure removes it here.
+What the run needs warm (its fork server, the repo's bytecode) is awaited first. A
+refused patch comes back as data (`Outcome.refused`, ``oracle_refused``), and so does the
+scratch root (`Done.scratch`): the caller removes it once the observation is delivered.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -44,9 +42,9 @@ from .._boundary.supervise import Invocation
 from .._boundary.trees import (
     PYTEST_CONFIGS,
     describe_changes,
+    fetch_inside,
     list_changes,
     pytest_config,
-    read_inside,
     read_regular,
     snapshot,
     texts_naming,
@@ -56,13 +54,14 @@ from .._boundary.trees import (
 from .._errors import AexecError
 from .._inputs import decode_files
 from .._raw import RawRun
+from .._stages import canary as canaries
 from .._stages.assemble import Run
 from .._stages.envfault import defined_in, wanted
 from .._stages.judge import Outcome
 from .._stages.parse import SNIPPET_NAME, parse, parse_language
 from .._stages.plan import BoxFacts, RunFacts, Scratch, plan
-from .._types import MAX_FETCH_BYTES, MAX_FETCH_TOTAL_BYTES
 from .cache import in_thread
+from .canary import canary_args, place
 from .rebuild import Rebuild, carry_base, plan_rebuild, rebuild
 from .session import Job, Session
 
@@ -95,10 +94,6 @@ def _config_changed(repo: str, work: str, language: str = "python", touched: lis
         suite.oracle_text(p, text(os.path.join(repo, p))) != suite.oracle_text(p, text(os.path.join(work, p)))
         for p in touched or ()
     )
-
-
-def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
-    return tuple(p for p in paths if p.endswith(".py") and os.path.isfile(os.path.join(work, p)))
 
 
 def _write_sources(scratch: Scratch, job: Job) -> dict[str, str]:
@@ -153,6 +148,10 @@ def _changes(
     return describe_changes(before, after), listed, omitted
 
 
+def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
+    return tuple(p for p in paths if p.endswith(".py") and os.path.isfile(os.path.join(work, p)))
+
+
 @attrs.frozen
 class Done:
     """One execution, as data: what the judge reads, and the scratch root it left (the
@@ -178,6 +177,7 @@ class Prepared:
     before: dict[str, tuple[int, int]] = attrs.field(factory=dict)
     #: The in-place build to run first (a patch touched a compiled source).
     rebuild: Rebuild | None = None
+    canary: canaries.Canary | None = None
 
 
 async def run(session: Session, job: Job, *, patched: bool) -> Done:
@@ -261,11 +261,12 @@ def _lay_out(
         write_inside(scratch.work, rel, data)
     stdin = None if c.stdin is None else write_private(scratch, "stdin", c.stdin)
     snippet = None
-    written: dict[str, str] = {}
+    sources: dict[str, str] = {}
     if lang is not None:
-        written = _write_sources(scratch, job)
+        sources = _write_sources(scratch, job)
     elif c.code is not None:
         snippet = write_private(scratch, SNIPPET_NAME, c.code)
+    canary = place(job, scratch.work)
     roots = tuple(import_roots(scratch.work)) if c.repo is not None else (scratch.work,)
     if server is not None and not server.serves(roots):
         server = None  # the repo shadows a module the server has imported: go cold
@@ -299,6 +300,7 @@ def _lay_out(
         lang_tools=() if lang is None else lang.tools,
         autoload=c.pytest_plugins == "auto",
         stdin_file=stdin,
+        canary=canary_args(scratch.work, canary),
     )
     the_plan = plan(facts, env)
     lim = the_plan.limits
@@ -319,8 +321,9 @@ def _lay_out(
         isolation=session.isolation,
     )
     built = plan_rebuild(session, job, facts, env, touched, oracle, uid, lim.disk_bytes)
+    before = snapshot(scratch.root)
     return Prepared(
-        scratch, None, invocation, config_changed, snippet, touched, written, snapshot(scratch.root), built
+        scratch, None, invocation, config_changed, snippet, touched, sources, before, built, canary
     )
 
 
@@ -338,6 +341,7 @@ def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
         )
     else:
         evidence = parse(raw, job.runner, cwd=scratch.work, snippet=prep.snippet)
+    evidence, canary = canaries.split(evidence, prep.canary)
     if evidence.box_failed:
         raise AexecError(raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "boundary failed")
     summary, changes, omitted = _changes(
@@ -357,21 +361,10 @@ def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
         peak_ram_mib=raw.peak_ram_mib,
         changes=changes,
         changes_omitted=omitted,
-        files_out=None if c.fetch_files is None else fetch(scratch.work, c.fetch_files),
+        files_out=None if c.fetch_files is None else fetch_inside(scratch.work, c.fetch_files),
+        canary=canary,
     )
     return Outcome(run, prep.config_changed, defines=defines)
-
-
-def fetch(work: str, paths: tuple[str, ...]) -> dict[str, str | None]:
-    """``fetch_files`` after the run: each path's content, base64; None if it is absent,
-    not a regular file, reached through a link, or over its cap (or the total's)."""
-    out: dict[str, str | None] = {}
-    room = MAX_FETCH_TOTAL_BYTES
-    for rel in paths:
-        data = read_inside(work, rel, min(MAX_FETCH_BYTES, room))
-        room -= 0 if data is None else len(data)
-        out[rel] = None if data is None else base64.b64encode(data).decode("ascii")
-    return out
 
 
 def repo_defines(repo: str, want: set[tuple[str, str]]) -> set[tuple[str, str]]:

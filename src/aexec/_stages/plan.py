@@ -103,6 +103,8 @@ class RunFacts:
     autoload: bool = True
     #: The request's ``stdin``, written in the private dir: the candidate's standard input.
     stdin_file: str | None = None
+    #: The canary's argument (`aexec._stages.canary.Canary.arg`), after the selection.
+    canary: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -184,7 +186,7 @@ def pytest_args(facts: RunFacts) -> list[str]:
     """What pytest is asked: aexec's fixed options, then the request's selection — or, for
     a ``command`` that runs pytest (`pytest_command` chose the pytest runner), its own
     pytest arguments."""
-    chosen = selection_args(facts.tests)
+    chosen = [*selection_args(facts.tests), *facts.canary]
     if facts.runner == "pytest" and facts.argv:
         chosen = list(facts.argv[1:] if facts.argv[0] in ("pytest", "py.test") else facts.argv[3:])
     cache = f"cache_dir={os.path.join(facts.scratch.tmp, 'pytest-cache')}"
@@ -325,7 +327,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "box": box,
         "cgroups": list(facts.cgroup_procs),
         "snippet": facts.snippet,
-        "argv": runners.get(facts.runner).argv(facts.tests)
+        "argv": [*runners.get(facts.runner).argv(facts.tests), *facts.canary]
         if facts.runner in runners.OWN_RUNNERS
         else list(facts.argv),
         "pytest_args": pytest_args(facts),
