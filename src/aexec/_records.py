@@ -259,7 +259,7 @@ class CanaryReport:
     pass_test: str
     passed: str
     message_seen: bool = False  # its random message was seen in an exception of the run
-    stopped: bool = False  # the run was killed or stopped at its own failure
+    stopped: bool = False  # the run was killed, or crashed before its runner's end
     #: Why the run's verdicts cannot be trusted, or None.
     reason: str | None = None
 

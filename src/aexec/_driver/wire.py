@@ -110,6 +110,9 @@ class Instructions(TypedDict):
     steps: list[StepSpec]
     #: The candidate's standard input (the request's ``stdin``), else None: /dev/null.
     stdin_file: str | None
+    #: A graded run's canary test file (repo-relative; `aexec._stages.canary`): pytest
+    #: runs its tests after every other test, whatever the repo's hooks reordered.
+    canary: str | None
 
 
 class BytecodeJob(TypedDict):

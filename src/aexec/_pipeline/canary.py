@@ -31,7 +31,8 @@ def _is_dir(work: str, rel: str) -> bool:
 def _directory(runner: str, work: str, selection: tuple[str, ...]) -> tuple[str, str] | None:
     """``(directory, dotted package)`` of the canary's module, or None: no place for it."""
     if runner in ("pytest", "sympy"):
-        for s in selection:
+        # sympy runs its files sorted by path: the last one's directory comes last
+        for s in sorted(selection, reverse=True) if runner == "sympy" else selection:
             rel = os.path.normpath(s.split("::", 1)[0])
             if rel.startswith(("..", "/", "-")):
                 continue
@@ -46,6 +47,18 @@ def _directory(runner: str, work: str, selection: tuple[str, ...]) -> tuple[str,
         if all(p.isidentifier() for p in parts[:k]) and _is_dir(work, os.path.join(base, *parts[:k])):
             return os.path.join(base, *parts[:k]), ".".join(parts[:k])
     return None if runner == "django" else ("", "")
+
+
+def _module(runner: str, directory: str) -> str:
+    """A fresh module name; sympy's sorts after every file of its directory (its runner
+    runs files in path order, and a patch's hook set off by a test must meet it after)."""
+    if runner != "sympy":
+        return f"test_{_token()}"
+    try:
+        names = [n[:-3] for n in os.listdir(directory) if n.startswith("test_") and n.endswith(".py")]
+    except OSError:
+        names = []
+    return f"{max(names, default='test')}_{_token()}"
 
 
 def place(job: Job, work: str) -> Canary | None:
@@ -64,7 +77,7 @@ def place(job: Job, work: str) -> Canary | None:
     canary = Canary(
         runner=job.runner,
         directory=directory,
-        module=f"test_{_token()}",
+        module=_module(job.runner, os.path.join(work, directory)),
         cls=f"Test{_token()}",
         fail=f"test_{_token()}",
         passes=f"test_{_token()}",

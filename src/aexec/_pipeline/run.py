@@ -301,6 +301,7 @@ def _lay_out(
         autoload=c.pytest_plugins == "auto",
         stdin_file=stdin,
         canary=canary_args(scratch.work, canary),
+        canary_file=None if canary is None else canary.path,
     )
     the_plan = plan(facts, env)
     lim = the_plan.limits

@@ -99,14 +99,10 @@ def split(ev: Evidence, canary: Canary | None) -> tuple[Evidence, CanaryReport |
     errors = tuple(e for e in ev.errors if not canary.owns(e.nodeid))
     fail, passed = _verdict(ev, canary, canary.fail), _verdict(ev, canary, canary.passes)
     seen = any(canary.message in e.message for e in ev.errors if canary.owns(e.nodeid))
-    # Killed, or stopped at a failure of its own (``-x``): a canary not reached is no sign.
-    stopped = (
-        ev.timed_out
-        or ev.oom_killed
-        or ev.signal is not None
-        or bool(errors)
-        or any(t.verdict in _FAILED for t in tests)
-    )
+    # Killed, or crashed (a failing exit before the runner's end): a canary not reached
+    # is no sign. An exit 0 before the end is (``os._exit(0)`` from a test).
+    crashed = ev.pytest_exit is None and ev.exit_code not in (0, None)
+    stopped = ev.timed_out or ev.oom_killed or ev.signal is not None or crashed
     report = CanaryReport(
         file=canary.path,
         fail_test=canary.fail,
@@ -117,7 +113,8 @@ def split(ev: Evidence, canary: Canary | None) -> tuple[Evidence, CanaryReport |
         stopped=stopped,
     )
     exit_code, pytest_exit = ev.exit_code, ev.pytest_exit
-    if fail in _FAILED and not stopped and exit_code == 1 and pytest_exit in (1, None):
+    own = bool(errors) or any(t.verdict in _FAILED for t in tests)
+    if fail in _FAILED and not (stopped or own) and exit_code == 1 and pytest_exit in (1, None):
         nothing = ev.runner == "pytest" and not tests
         exit_code = 5 if nothing else 0
         pytest_exit = None if pytest_exit is None else exit_code

@@ -103,8 +103,10 @@ class RunFacts:
     autoload: bool = True
     #: The request's ``stdin``, written in the private dir: the candidate's standard input.
     stdin_file: str | None = None
-    #: The canary's argument (`aexec._stages.canary.Canary.arg`), after the selection.
+    #: The canary's argument (`aexec._stages.canary.Canary.arg`), after the selection,
+    #: and its file (repo-relative).
     canary: tuple[str, ...] = ()
+    canary_file: str | None = None
 
 
 @attrs.frozen
@@ -334,6 +336,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "import_modules": modules(facts.touched_sources, facts.import_roots, scratch.work),
         "steps": [],
         "stdin_file": facts.stdin_file,
+        "canary": facts.canary_file,
     }
     if facts.runner == "steps":
         instructions["steps"], child = lang_steps(facts, env, address_space)
