@@ -378,8 +378,11 @@ def pytest_5840(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, di
     if made.returncode or done.returncode:
         pytest.skip(f"cannot install pytest 5.1's dependencies: {done.stderr[-300:]}")
     f2p = json.loads(row["FAIL_TO_PASS"])
-    # A test that starts a Python of its own needs pytest installed there: not these.
-    p2p = [t for t in json.loads(row["PASS_TO_PASS"]) if "global_import" not in t]
+    # Those that pass here: most of the rest run pytest again (``testdir.runpytest``), and
+    # pytest 5.1 does not on this Python (so on main too, without the canary).
+    kept = ("TestConftestValueAccessGlobal", "test_doubledash_considered", "test_issue151_load_all_conftests")
+    p2p = [t for t in json.loads(row["PASS_TO_PASS"]) if any(k in t for k in kept)]
+    assert len(p2p) >= 10
     common: dict[str, object] = dict(
         repo=str(repo), python=python, test_patch=row["test_patch"], fail_to_pass=f2p, pass_to_pass=p2p
     )
