@@ -96,6 +96,10 @@ def _config_changed(repo: str, work: str, language: str = "python", touched: lis
     )
 
 
+def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
+    return tuple(p for p in paths if p.endswith(".py") and os.path.isfile(os.path.join(work, p)))
+
+
 def _write_sources(scratch: Scratch, job: Job) -> dict[str, str]:
     """A language's source file and support files, written into the run's ``work`` dir."""
     c = job.candidate
@@ -146,10 +150,6 @@ def _changes(
     before, after = without(before, own), without(snapshot(root), own)
     listed, omitted = list_changes(root, before, after, known)
     return describe_changes(before, after), listed, omitted
-
-
-def _existing(work: str, paths: list[str]) -> tuple[str, ...]:
-    return tuple(p for p in paths if p.endswith(".py") and os.path.isfile(os.path.join(work, p)))
 
 
 @attrs.frozen

@@ -206,17 +206,16 @@ def _canary_verdict(job: Job, results: Results, run: Run) -> tuple[bool, EnvFaul
     reason = _canary_reason(job, results)
     if reason is None:
         return False, None
-    control = _canary_reason_of(results.pristine) if job.candidate.patch is not None else reason
-    if control is None:
+    pristine = run if job.candidate.patch is None else _pristine_run(results)
+    control = None if pristine is None else canaries.misbehaved(pristine.canary)
+    if pristine is None or control is None:
         return True, None
     message = f"the canary: {reason}" + ("" if control == reason else f"; unpatched: {control}")
-    return False, EnvFault(kind="canary", message=message, pristine_exit_code=run.evidence.exit_code)
+    return False, EnvFault(kind="canary", message=message, pristine_exit_code=pristine.evidence.exit_code)
 
 
-def _canary_reason_of(outcome: Outcome | None) -> str | None:
-    if outcome is None or outcome.run is None:
-        return None
-    return canaries.misbehaved(outcome.run.canary)
+def _pristine_run(results: Results) -> Run | None:
+    return None if results.pristine is None else results.pristine.run
 
 
 def _confirms(job: Job, results: Results) -> bool:
