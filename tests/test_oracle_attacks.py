@@ -456,6 +456,14 @@ def test_split_takes_the_canary_out_and_undoes_its_exit_status() -> None:
     # A run killed at its deadline never reached the canary: no sign of anything.
     _, seen = split(attrs.evolve(ev, tests=ev.tests[:1], errors=(), timed_out=True), c)
     assert seen is not None and seen.fail == "missing" and misbehaved(seen) is None
+    # Nor did one whose collection a module that does not import interrupted (pytest's 2).
+    broken = RaisedError("builtins.SyntaxError", (), "'(' was never closed", (), "collect", "tests/test_a.py")
+    collected = (ParsedTest("tests/test_a.py", "errored", collection=True),)
+    _, seen = split(attrs.evolve(ev, tests=collected, errors=(broken,), exit_code=2, pytest_exit=2), c)
+    assert seen is not None and seen.stopped and misbehaved(seen) is None
+    # But a canary missing from a run whose tests ran (and whose exit claims success) is a sign.
+    _, seen = split(attrs.evolve(ev, tests=ev.tests[:1], errors=(), exit_code=0, pytest_exit=None), c)
+    assert seen is not None and not seen.stopped and misbehaved(seen) is not None
 
 
 def test_the_canary_sources_and_the_machinery() -> None:

@@ -259,7 +259,7 @@ class CanaryReport:
     pass_test: str
     passed: str
     message_seen: bool = False  # its random message was seen in an exception of the run
-    stopped: bool = False  # the run was killed, or crashed before its runner's end
+    stopped: bool = False  # killed, crashed, or stopped by its own error before any test
     #: Why the run's verdicts cannot be trusted, or None.
     reason: str | None = None
 

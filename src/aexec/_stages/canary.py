@@ -99,10 +99,14 @@ def split(ev: Evidence, canary: Canary | None) -> tuple[Evidence, CanaryReport |
     errors = tuple(e for e in ev.errors if not canary.owns(e.nodeid))
     fail, passed = _verdict(ev, canary, canary.fail), _verdict(ev, canary, canary.passes)
     seen = any(canary.message in e.message for e in ev.errors if canary.owns(e.nodeid))
-    # Killed, or crashed (a failing exit before the runner's end): a canary not reached
-    # is no sign. An exit 0 before the end is (``os._exit(0)`` from a test).
-    crashed = ev.pytest_exit is None and ev.exit_code not in (0, None)
-    stopped = ev.timed_out or ev.oom_killed or ev.signal is not None or crashed
+    # Killed, crashed (a failing exit before the runner's end), or failed before any test
+    # ran (a module that does not import interrupts pytest's collection; a usage error):
+    # a canary not reached is no sign. An exit 0 before the end is one (``os._exit(0)``
+    # from a test), and so is a canary missing from a run whose tests ran.
+    failing = ev.exit_code not in (0, None)
+    crashed = ev.pytest_exit is None and failing
+    interrupted = failing and not any(not t.collection for t in ev.tests)
+    stopped = ev.timed_out or ev.oom_killed or ev.signal is not None or crashed or interrupted
     report = CanaryReport(
         file=canary.path,
         fail_test=canary.fail,
