@@ -71,15 +71,17 @@ def django_case(repo: str, python: str) -> Candidate:
     )
 
 
-async def measure(candidate: Candidate, rounds: int) -> tuple[list[float], list[float], str]:
-    walls, runs, verdict = [], [], ""
+async def measure(candidate: Candidate, rounds: int) -> tuple[list[float], list[float], list[float], str]:
+    walls, runs, cpus, verdict = [], [], [], ""
     for _ in range(rounds):
         start = time.perf_counter()
         (obs,) = await observe_many([candidate])
         walls.append(time.perf_counter() - start)
         runs.append(obs.duration)
+        # the run's CPU seconds (its cgroup's), from the share of its cap it used
+        cpus.append((obs.resource_usage.peak_cpu or 0.0) * obs.duration * obs.environment.cpu_cap_cores)
         verdict = f"{obs.verdict} resolved={obs.resolved} canary={getattr(obs, 'canary', None) is not None}"
-    return walls, runs, verdict
+    return walls, runs, cpus, verdict
 
 
 def main() -> None:
@@ -94,11 +96,12 @@ def main() -> None:
         if args.django and args.django_python:
             cases["django utils_tests.test_text"] = django_case(args.django, args.django_python)
         for name, cand in cases.items():
-            walls, runs, verdict = anyio.run(measure, cand, args.rounds)
+            walls, runs, cpus, verdict = anyio.run(measure, cand, args.rounds)
             print(
                 f"{name}: {verdict}; wall per graded observation median {statistics.median(walls):.2f} s "
                 f"(min {min(walls):.2f}); the run's own duration median {statistics.median(runs):.3f} s "
-                f"(min {min(runs):.3f}), {args.rounds} rounds"
+                f"(min {min(runs):.3f}), its CPU median {statistics.median(cpus):.3f} s "
+                f"(min {min(cpus):.3f}); {args.rounds} rounds"
             )
 
 
