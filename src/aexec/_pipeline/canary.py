@@ -1,7 +1,7 @@
 """A graded run's canary, laid out (issue 44; the pure part is `aexec._stages.canary`):
 fresh random names, and the test module written where the runner finds the repo's own
-tests — beside the selection's first test file (pytest, sympy), in its first label's
-package (unittest; Django: under ``tests/``).
+tests — beside the selection's first test file (pytest; sympy: its last), in its first
+label's package (unittest; Django: under ``tests/``).
 
 Only a Python ``run_suite`` with an explicit, non-empty selection gets one: the whole
 suite (no selection) is collected by the repo's own configuration (``testpaths``,
@@ -10,6 +10,7 @@ discovery), which an argument more would change.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 
@@ -84,10 +85,8 @@ def place(job: Job, work: str) -> Canary | None:
         message=_token() + _token(),
         package=package,
     )
-    try:
+    with contextlib.suppress(OSError):  # a link on the way: no canary runs, and that shows
         write_inside(work, canary.path, canary.source().encode())
-    except OSError:
-        return canary  # a link on the way: no canary runs, and that shows
     return canary
 
 
