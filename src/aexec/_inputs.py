@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+import os
 import posixpath
 from collections.abc import Mapping
 from typing import Any
+
+import attrs
 
 from ._errors import RequestError
 from ._types import (
@@ -21,7 +25,11 @@ from ._types import (
     MAX_FILES,
     MAX_FILES_BYTES,
     MAX_INPUT_PATH,
+    MAX_OUTPUT_KIB,
+    MAX_RAM_MIB,
     MAX_STDIN_BYTES,
+    MAX_TIMEOUT_S,
+    MIN_RAM_MIB,
 )
 
 #: ``files`` as a record holds it: (path, base64) pairs, sorted by path.
@@ -118,3 +126,39 @@ def check_inputs(stdin: Any, files: Any, fetch_files: Any) -> None:
 
 def has_inputs(stdin: str | None, files: Files | None, fetch_files: tuple[str, ...] | None) -> bool:
     return stdin is not None or bool(files) or bool(fetch_files)
+
+
+def valid_text(name: str, value: object, *, path: bool = False) -> None:
+    if not isinstance(value, str):
+        raise RequestError(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(f"{name} is not valid Unicode (a lone surrogate at index {e.start})") from None
+    if path and "\0" in value:
+        raise RequestError(f"{name} contains a NUL character")
+
+
+def bounded(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    """A declared cap is None or a number within its bounds (`POLICY_BOUNDS`)."""
+    if value is None:
+        return
+    name = attribute.name
+    integral = name in ("ram_mib", "output_kib")
+    if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
+        raise RequestError(f"policy.{name} must be {'an integer' if integral else 'a number'}, got {value!r}")
+    low, high, low_open = policy_bounds()[name]
+    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
+        span = f"({low:g}, {high:g}]" if low_open else f"[{low:g}, {high:g}]"
+        raise RequestError(f"policy.{name} must be in {span}, got {value!r}")
+
+
+def policy_bounds() -> dict[str, tuple[float, float, bool]]:
+    """Per declared cap: (lowest, highest, lowest excluded). ``cpu_cores`` is bounded by
+    this machine's cores."""
+    return {
+        "timeout_s": (0.0, MAX_TIMEOUT_S, True),
+        "ram_mib": (float(MIN_RAM_MIB), float(MAX_RAM_MIB), False),
+        "cpu_cores": (0.0, float(os.cpu_count() or 1), True),
+        "output_kib": (1.0, float(MAX_OUTPUT_KIB), False),
+    }

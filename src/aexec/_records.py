@@ -6,25 +6,19 @@ can be stored, compared and sent anywhere; ``_serde`` turns each into the contra
 
 from __future__ import annotations
 
-import math
-import os
 from typing import Any
 
 import attrs
 
 from ._environments.spec import EnvSpec
 from ._errors import RequestError
-from ._inputs import Files, check_inputs, has_inputs, to_files
+from ._inputs import Files, bounded, check_inputs, has_inputs, to_files, valid_text
 from ._types import (
     ARTIFACT_SHAPES,
     DEFAULT_DISK_MIB,
     DEFAULT_OPEN_FILES,
     DEFAULT_PIDS,
     LANGUAGE_NAMES,
-    MAX_OUTPUT_KIB,
-    MAX_RAM_MIB,
-    MAX_TIMEOUT_S,
-    MIN_RAM_MIB,
     PLUGIN_LOADING,
     REQUEST_TYPES,
     RUNNER_NAMES,
@@ -42,6 +36,7 @@ from ._types import (
 )
 
 __all__ = [
+    "CanaryReport",
     "Candidate",
     "Change",
     "EnvFault",
@@ -59,41 +54,16 @@ __all__ = [
 ]
 
 
-def _bounded(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    """A declared cap is None or a number within its bounds (`POLICY_BOUNDS`)."""
-    if value is None:
-        return
-    name = attribute.name
-    integral = name in ("ram_mib", "output_kib")
-    if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
-        raise RequestError(f"policy.{name} must be {'an integer' if integral else 'a number'}, got {value!r}")
-    low, high, low_open = policy_bounds()[name]
-    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
-        span = f"({low:g}, {high:g}]" if low_open else f"[{low:g}, {high:g}]"
-        raise RequestError(f"policy.{name} must be in {span}, got {value!r}")
-
-
-def policy_bounds() -> dict[str, tuple[float, float, bool]]:
-    """Per declared cap: (lowest, highest, lowest excluded). ``cpu_cores`` is bounded by
-    this machine's cores."""
-    return {
-        "timeout_s": (0.0, MAX_TIMEOUT_S, True),
-        "ram_mib": (float(MIN_RAM_MIB), float(MAX_RAM_MIB), False),
-        "cpu_cores": (0.0, float(os.cpu_count() or 1), True),
-        "output_kib": (1.0, float(MAX_OUTPUT_KIB), False),
-    }
-
-
 @attrs.frozen
 class Policy:
     """Declared overrides of the isolation defaults (spec §3.2); ``None`` keeps the default.
     Each is checked against its bounds when the record is made (`policy_bounds`): the
     command line and the Python API reject the same values, before anything runs."""
 
-    timeout_s: float | None = attrs.field(default=None, validator=_bounded)
-    ram_mib: int | None = attrs.field(default=None, validator=_bounded)
-    cpu_cores: float | None = attrs.field(default=None, validator=_bounded)
-    output_kib: int | None = attrs.field(default=None, validator=_bounded)  # each stream's cap
+    timeout_s: float | None = attrs.field(default=None, validator=bounded)
+    ram_mib: int | None = attrs.field(default=None, validator=bounded)
+    cpu_cores: float | None = attrs.field(default=None, validator=bounded)
+    output_kib: int | None = attrs.field(default=None, validator=bounded)  # each stream's cap
 
 
 def _to_tuple(value: Any) -> Any:
@@ -151,17 +121,6 @@ class Candidate:
         _check_candidate(self)
 
 
-def _valid_text(name: str, value: object, *, path: bool = False) -> None:
-    if not isinstance(value, str):
-        raise RequestError(f"{name} must be a string, got {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise RequestError(f"{name} is not valid Unicode (a lone surrogate at index {e.start})") from None
-    if path and "\0" in value:
-        raise RequestError(f"{name} contains a NUL character")
-
-
 def _check_candidate(c: Candidate) -> None:
     """Every field of a request, checked as it is made; raises `RequestError` naming it."""
     for name, allowed in (("request_type", REQUEST_TYPES), ("artifact_shape", ARTIFACT_SHAPES)):
@@ -172,10 +131,10 @@ def _check_candidate(c: Candidate) -> None:
         if isinstance(c.id, bool) or not isinstance(c.id, str | int):
             raise RequestError(f"id must be a string or an integer, got {type(c.id).__name__}")
         if isinstance(c.id, str):
-            _valid_text("id", c.id)
+            valid_text("id", c.id)
     for name in ("code", "patch", "test_patch", "runner_reason", "repo", "python"):
         if getattr(c, name) is not None:
-            _valid_text(name, getattr(c, name), path=name in ("repo", "python"))
+            valid_text(name, getattr(c, name), path=name in ("repo", "python"))
     for name in ("command", "tests", "fail_to_pass", "pass_to_pass"):
         value = getattr(c, name)
         if value is None:
@@ -183,7 +142,7 @@ def _check_candidate(c: Candidate) -> None:
         if not isinstance(value, tuple):
             raise RequestError(f"{name} must be a list of strings, got {type(value).__name__}")
         for i, item in enumerate(value):
-            _valid_text(f"{name}[{i}]", item, path=name == "command")
+            valid_text(f"{name}[{i}]", item, path=name == "command")
     if c.runner not in RUNNER_NAMES:
         raise RequestError(f"unknown runner {c.runner!r} (expected one of {', '.join(RUNNER_NAMES)})")
     if not isinstance(c.policy, Policy):
@@ -289,6 +248,21 @@ class EnvFault:
     pristine_exit_code: int | None
     pristine_failures: tuple[Failure, ...] = ()
     pristine_stderr: str = ""
+
+
+@attrs.frozen
+class CanaryReport:
+    """A graded run's canary (docs/oracle.md): its two tests' fresh names and verdicts."""
+
+    file: str
+    fail_test: str
+    fail: str  # the must-fail test's verdict (``missing``: never reported)
+    pass_test: str
+    passed: str
+    message_seen: bool = False  # its random message was seen in an exception of the run
+    stopped: bool = False  # killed, crashed, or stopped by its own error before any test
+    #: Why the run's verdicts cannot be trusted, or None.
+    reason: str | None = None
 
 
 @attrs.frozen
@@ -398,3 +372,7 @@ class ExecutionObservation:
     runner_reason: str | None = None
     #: ``fetch_files`` after the run: path → base64 (None: absent or over its cap).
     files_out: dict[str, str | None] | None = None
+    #: A graded suite's canary (docs/oracle.md); the paths of the runner's own test
+    #: machinery the patch changed (not tampering by itself).
+    canary: CanaryReport | None = None
+    oracle_touched: tuple[str, ...] = ()

@@ -22,15 +22,17 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
 from ._api import VERSION
 from ._boundary.supervise import Invocation
-from ._driver.wire import Instructions, Record
+from ._driver.wire import ExceptionRecord, Instructions, Record
 from ._options import Options
 from ._pipeline.observer import Observer
 from ._pipeline.toolchain import _PROBE, Toolchain, stamp
@@ -52,11 +54,17 @@ class ScriptedSupervisor:
     further invocation (without it, one more invocation fails the candidate with a
     one-line error naming how many runs were scripted). What it was handed is kept:
     ``invocations`` and the driver's ``instructions`` of each, in order.
+
+    A graded run's canary (docs/oracle.md) is played as a healthy one in every run the
+    runner finished (an ``end`` record): its must-fail test failed with its message, its
+    must-pass test passed, and pytest's exit status is what that failure makes it.
+    ``canary=False`` plays none (the canary missing: a run to judge as tampered).
     """
 
-    def __init__(self, *runs: Script, then: Script | None = None) -> None:
+    def __init__(self, *runs: Script, then: Script | None = None, canary: bool = True) -> None:
         self._runs = list(runs)
         self._then = then
+        self._canary = canary
         self.invocations: list[Invocation] = []
         self.instructions: list[Instructions] = []
 
@@ -70,7 +78,37 @@ class ScriptedSupervisor:
             script = self._then
         else:
             raise AssertionError(f"ScriptedSupervisor: run {len(self.invocations)} was not scripted")
-        return script if isinstance(script, RawRun) else script(invocation, instructions)
+        raw = script if isinstance(script, RawRun) else script(invocation, instructions)
+        file = instructions.get("canary")
+        return _with_canary(raw, invocation.cwd, file) if self._canary and file else raw
+
+
+def _with_canary(raw: RawRun, cwd: str, file: str) -> RawRun:
+    """``raw`` with the records of a healthy canary, read from the file the pipeline wrote."""
+    ends = [r for r in raw.records if r["kind"] == "end"]
+    if not ends:
+        return raw
+    source = Path(cwd, file).read_text(encoding="utf-8")
+    fail, passes = (f"{file}::{n}" for n in re.findall(r"def (test_\w+)\(", source))
+    bases = ["builtins.AssertionError", "builtins.Exception", "builtins.BaseException", "builtins.object"]
+    message = re.findall(r"assert False, '(\w+)'", source)[0]
+    exc = ExceptionRecord(
+        kind="exception", phase="call", nodeid=fail, type=bases[0], bases=bases, message=message
+    )
+    records: list[Record] = [
+        {"kind": "start", "nodeid": fail},
+        exc,
+        {"kind": "test", "nodeid": fail, "verdict": "failed"},
+        {"kind": "start", "nodeid": passes},
+        {"kind": "test", "nodeid": passes, "verdict": "passed"},
+    ]
+    was = ends[0]["exitstatus"]
+    status = 1 if was in (0, 5) else was
+    kept = [r for r in raw.records if r["kind"] != "end"]
+    exit_code = status if raw.exit_code == was else raw.exit_code
+    return attrs.evolve(
+        raw, records=(*kept, *records, {"kind": "end", "exitstatus": status}), exit_code=exit_code
+    )
 
 
 def _instructions(spec: str) -> Instructions:

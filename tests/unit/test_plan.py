@@ -252,3 +252,18 @@ def test_plan_is_a_value() -> None:
     assert isinstance(a, Plan) and a == b
     with pytest.raises(AttributeError):
         a.report = "/elsewhere"  # type: ignore[misc]
+
+
+def test_the_canary_comes_after_the_selection() -> None:
+    """A graded run's canary (docs/oracle.md) is appended to the selection, whatever the
+    runner; its file is told to the driver (pytest runs its items last)."""
+    for runner, tests, canary in (
+        ("pytest", ("tests/test_a.py::test_x",), "tests/test_3f9a.py"),
+        ("django", ("admin_views.tests",), "admin_views.test_3f9a"),
+    ):
+        base = facts(runner=runner, tests=tests)
+        with_canary = attrs.evolve(base, canary=(canary,), canary_file="tests/test_3f9a.py")
+        before, after = plan(base, environment()).instructions, plan(with_canary, environment()).instructions
+        key = "pytest_args" if runner == "pytest" else "argv"
+        assert after[key] == [*before[key], canary]
+        assert (before["canary"], after["canary"]) == (None, "tests/test_3f9a.py")

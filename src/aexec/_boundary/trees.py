@@ -19,7 +19,12 @@ from collections.abc import Callable, Iterable, Iterator
 
 from .._errors import AexecError
 from .._records import Change
-from .._types import CHANGES_DIFF_CHARS, CHANGES_DIFF_FILE_BYTES, CHANGES_HASH_BYTES, CHANGES_LISTED
+from .._types import (
+    CHANGES_DIFF_CHARS,
+    CHANGES_DIFF_FILE_BYTES,
+    CHANGES_HASH_BYTES,
+    CHANGES_LISTED,
+)
 
 #: Never copied into a view, never hashed: caches and VCS metadata, not code.
 EXCLUDED_NAMES = frozenset(

@@ -174,7 +174,8 @@ def run_pytest(spec: Instructions, report: Report) -> int:
         report.write("exception", phase="import", **reporting.describe(e))
         traceback.print_exc()
         return 1
-    rc = pytest.main(list(spec["pytest_args"]), plugins=[plugin.Reporter(report, pytest.hookimpl)])
+    reporter = plugin.Reporter(report, pytest.hookimpl, spec.get("canary"))
+    rc = pytest.main(list(spec["pytest_args"]), plugins=[reporter])
     report.write("end", exitstatus=int(rc))
     return int(rc)
 

@@ -117,6 +117,9 @@ class Instructions(TypedDict):
     stdin_file: str | None
     #: What a workspace's command adds to its environment (never the driver's own).
     command_env: dict[str, str]
+    #: A graded run's canary test file (repo-relative; `aexec._stages.canary`): pytest
+    #: runs its tests after every other test, whatever the repo's hooks reordered.
+    canary: str | None
 
 
 class BytecodeJob(TypedDict):

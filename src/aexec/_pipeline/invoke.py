@@ -32,11 +32,14 @@ def invocation(
     touched_sources: tuple[str, ...],
     cwd: str | None = None,
     command_env: dict[str, str] | None = None,
+    canary_args: tuple[str, ...] = (),
+    canary_file: str | None = None,
 ) -> tuple[Invocation, RunFacts, Plan]:
     """The run ``name`` of ``job`` in ``scratch`` (laid out; sealed by the caller), with
     its instructions and an empty report written. ``cwd`` (under ``work``) and
     ``command_env`` are a workspace command's: where it starts, what it adds to its
-    environment (never the driver's own)."""
+    environment (never the driver's own). ``canary_args`` and ``canary_file``: a graded
+    run's canary (`aexec._pipeline.canary`)."""
     c, tool, env, lang = job.candidate, job.tool, job.env, job.lang
     roots = tuple(import_roots(scratch.work)) if c.repo is not None else (scratch.work,)
     if server is not None and not server.serves(roots):
@@ -70,6 +73,8 @@ def invocation(
         autoload=c.pytest_plugins == "auto",
         stdin_file=stdin,
         system=tuple(run_env(tool.path).items()),
+        canary=canary_args,
+        canary_file=canary_file,
     )
     the_plan = plan(facts, env)
     lim = the_plan.limits

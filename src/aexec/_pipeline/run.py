@@ -7,10 +7,9 @@
 3. **collect** (`collect`, one worker-thread hop): parse the evidence, diff the scratch
    root, read what the repo defines of what the run found missing.
 
-What the run needs warm (its fork server, the repo's bytecode) is awaited before it
-starts. A patch that does not apply comes back as data (`Outcome.refused`,
-``oracle_refused``), and so does the scratch root (`Done.scratch`): the caller removes
-it once the observation is delivered. Only a failure removes it here.
+What the run needs warm (its fork server, the repo's bytecode) is awaited first. A
+refused patch comes back as data (`Outcome.refused`, ``oracle_refused``), and so does the
+scratch root (`Done.scratch`): the caller removes it once the observation is delivered.
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ from .._boundary.trees import (
 from .._errors import AexecError
 from .._inputs import decode_files
 from .._raw import RawRun
+from .._stages import canary as canaries
 from .._stages.assemble import Run
 from .._stages.envfault import defined_in, wanted
 from .._stages.judge import Outcome
@@ -60,6 +60,7 @@ from .._stages.plan import Scratch
 from .._types import MAX_FETCH_BYTES, MAX_FETCH_TOTAL_BYTES
 from . import invoke
 from .cache import in_thread
+from .canary import canary_args, place
 from .rebuild import Rebuild, carry_base, plan_rebuild, rebuild
 from .session import Job, Session
 
@@ -175,6 +176,7 @@ class Prepared:
     before: dict[str, tuple[int, int]] = attrs.field(factory=dict)
     #: The in-place build to run first (a patch touched a compiled source).
     rebuild: Rebuild | None = None
+    canary: canaries.Canary | None = None
 
 
 async def run(session: Session, job: Job, *, patched: bool) -> Done:
@@ -258,24 +260,47 @@ def _lay_out(
         write_inside(scratch.work, rel, data)
     stdin = None if c.stdin is None else write_private(scratch, "stdin", c.stdin)
     snippet = None
-    written: dict[str, str] = {}
+    sources: dict[str, str] = {}
     if lang is not None:
-        written = _write_sources(scratch, job)
+        sources = _write_sources(scratch, job)
     elif c.code is not None:
         snippet = write_private(scratch, SNIPPET_NAME, c.code)
+    canary = place(job, scratch.work)
     uid = run_uid() if session.isolation.namespaces else None
     name = f"{number}-{os.path.basename(scratch.root)}"
-    sources = _existing(scratch.work, [*touched, *oracle])
     invocation, facts, the_plan = invoke.invocation(
-        session, job, scratch, server, name, uid, snippet=snippet, stdin=stdin, touched_sources=sources
+        session,
+        job,
+        scratch,
+        server,
+        name,
+        uid,
+        snippet=snippet,
+        stdin=stdin,
+        touched_sources=_existing(scratch.work, [*touched, *oracle]),
+        canary_args=canary_args(scratch.work, canary),
+        canary_file=None if canary is None else canary.path,
     )
     lim = the_plan.limits
     if uid is not None:
         seal_scratch(scratch, uid, lim.disk_bytes)
     built = plan_rebuild(session, job, facts, env, touched, oracle, uid, lim.disk_bytes)
+    before = snapshot(scratch.root)
     return Prepared(
-        scratch, None, invocation, config_changed, snippet, touched, written, snapshot(scratch.root), built
+        scratch, None, invocation, config_changed, snippet, touched, sources, before, built, canary
     )
+
+
+def _fetch(work: str, paths: tuple[str, ...]) -> dict[str, str | None]:
+    """``fetch_files`` after the run: each path's content, base64; None if it is absent,
+    not a regular file, reached through a link, or over its cap (or the total's)."""
+    out: dict[str, str | None] = {}
+    room = MAX_FETCH_TOTAL_BYTES
+    for rel in paths:
+        data = read_inside(work, rel, min(MAX_FETCH_BYTES, room))
+        room -= 0 if data is None else len(data)
+        out[rel] = None if data is None else base64.b64encode(data).decode("ascii")
+    return out
 
 
 def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
@@ -292,6 +317,7 @@ def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
         )
     else:
         evidence = parse(raw, job.runner, cwd=scratch.work, snippet=prep.snippet)
+    evidence, canary = canaries.split(evidence, prep.canary)
     if evidence.box_failed:
         raise AexecError(raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "boundary failed")
     summary, changes, omitted = _changes(
@@ -311,21 +337,10 @@ def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
         peak_ram_mib=raw.peak_ram_mib,
         changes=changes,
         changes_omitted=omitted,
-        files_out=None if c.fetch_files is None else fetch(scratch.work, c.fetch_files),
+        files_out=None if c.fetch_files is None else _fetch(scratch.work, c.fetch_files),
+        canary=canary,
     )
     return Outcome(run, prep.config_changed, defines=defines)
-
-
-def fetch(work: str, paths: tuple[str, ...]) -> dict[str, str | None]:
-    """``fetch_files`` after the run: each path's content, base64; None if it is absent,
-    not a regular file, reached through a link, or over its cap (or the total's)."""
-    out: dict[str, str | None] = {}
-    room = MAX_FETCH_TOTAL_BYTES
-    for rel in paths:
-        data = read_inside(work, rel, min(MAX_FETCH_BYTES, room))
-        room -= 0 if data is None else len(data)
-        out[rel] = None if data is None else base64.b64encode(data).decode("ascii")
-    return out
 
 
 def repo_defines(repo: str, want: set[tuple[str, str]]) -> set[tuple[str, str]]:

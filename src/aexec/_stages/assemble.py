@@ -15,6 +15,7 @@ import attrs
 
 from .. import _languages as langs
 from .._records import (
+    CanaryReport,
     Candidate,
     Change,
     EnvFault,
@@ -174,6 +175,8 @@ class Run:
     changes_omitted: int = 0
     #: The request's ``fetch_files`` read back: path → base64 or None.
     files_out: dict[str, str | None] | None = None
+    #: What the run's canary showed (`aexec._stages.canary.split`), if it had one.
+    canary: CanaryReport | None = None
 
 
 def assemble(

@@ -30,8 +30,9 @@ import attrs
 
 from .. import _runners as runners
 from .._errors import PatchError
-from .._records import Candidate, EnvFault, Environment, ExecutionObservation
+from .._records import CanaryReport, Candidate, EnvFault, Environment, ExecutionObservation
 from .._types import TestVerdict
+from . import canary as canaries
 from .assemble import (
     Head,
     Run,
@@ -180,9 +181,41 @@ def next_runs(job: Job, results: Results) -> tuple[Need, ...]:
     patched = job.candidate.patch is not None
     if results.confirm is None and _confirms(job, results):
         return (Need("confirm", patched=patched, shared=False),)
-    if results.pristine is None and patched and _fault(job, results) is not None:
+    if results.pristine is None and patched and (_fault(job, results) or _canary_reason(job, results)):
         return (Need("pristine", patched=False, shared=True),)
     return ()
+
+
+def _canary_reason(job: Job, results: Results) -> str | None:
+    """Why the job's canary (its run's, or its confirming re-run's) says its verdicts
+    cannot be trusted; the unpatched repo's run is then the control (docs/oracle.md)."""
+    if not job.guarded:
+        return None
+    return canaries.misbehaved(_canary(results))
+
+
+def _canary(results: Results) -> CanaryReport | None:
+    first, confirm = _first(results).run, results.confirm
+    again = None if confirm is None or confirm.run is None else confirm.run.canary
+    return canaries.worst(None if first is None else first.canary, again)
+
+
+def _canary_verdict(job: Job, results: Results, run: Run) -> tuple[bool, EnvFault | None]:
+    """(tampered, the environment's fault) by the canary: a canary that misbehaves in the
+    unpatched repo's run too (or in an unpatched candidate's own run) is the environment's."""
+    reason = _canary_reason(job, results)
+    if reason is None:
+        return False, None
+    pristine = run if job.candidate.patch is None else _pristine_run(results)
+    control = None if pristine is None else canaries.misbehaved(pristine.canary)
+    if pristine is None or control is None:
+        return True, None
+    message = f"the canary: {reason}" + ("" if control == reason else f"; unpatched: {control}")
+    return False, EnvFault(kind="canary", message=message, pristine_exit_code=pristine.evidence.exit_code)
+
+
+def _pristine_run(results: Results) -> Run | None:
+    return None if results.pristine is None else results.pristine.run
 
 
 def _confirms(job: Job, results: Results) -> bool:
@@ -311,14 +344,23 @@ def conclude(job: Job, results: Results) -> ExecutionObservation:
         return graded(instance_error(head(job), environment=env, message=ORACLE + str(broken)), c)
     run, _, reverified = _believed(job, results)
     before = None if results.before is None else results.before.verdicts
+    fault = _env_fault(job, results)
+    by_canary, canary_fault = _canary_verdict(job, results, run)
+    tampered = _tampered(job, results, run)
     obs = assemble(
         head(job),
         environment=with_scratch(env, run.scratch_root),
         run=run,
         before=before,
         reverified=reverified,
-        tampered=_tampered(job, results, run),
-        fault=_env_fault(job, results),
+        tampered=tampered or (by_canary and fault is None),
+        fault=fault or (None if tampered else canary_fault),
+    )
+    seen = _canary(results)
+    obs = attrs.evolve(
+        obs,
+        canary=canaries.judged(seen, canaries.misbehaved(seen)),
+        oracle_touched=canaries.machinery(job.runner, patches.touched) if c.patch is not None else (),
     )
     return graded(with_runner(obs, job), c)
 

@@ -105,6 +105,10 @@ class RunFacts:
     stdin_file: str | None = None
     #: What finds the environment's Debian packages (`candidate_env`'s ``system``).
     system: tuple[tuple[str, str], ...] = ()
+    #: The canary's argument (`aexec._stages.canary.Canary.arg`), after the selection,
+    #: and its file (repo-relative).
+    canary: tuple[str, ...] = ()
+    canary_file: str | None = None
 
 
 @attrs.frozen
@@ -195,7 +199,7 @@ def pytest_args(facts: RunFacts, rootdir: str | None = None) -> list[str]:
     """What pytest is asked: aexec's fixed options, then the request's selection — or, for
     a ``command`` that runs pytest (`pytest_command` chose the pytest runner), its own
     pytest arguments."""
-    chosen = selection_args(facts.tests)
+    chosen = [*selection_args(facts.tests), *facts.canary]
     if facts.runner == "pytest" and facts.argv:
         chosen = list(facts.argv[1:] if facts.argv[0] in ("pytest", "py.test") else facts.argv[3:])
     cache = f"cache_dir={os.path.join(facts.scratch.tmp, 'pytest-cache')}"
@@ -354,7 +358,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "box": box,
         "cgroups": list(facts.cgroup_procs),
         "snippet": facts.snippet,
-        "argv": runners.get(facts.runner).argv(facts.tests)
+        "argv": [*runners.get(facts.runner).argv(facts.tests), *facts.canary]
         if facts.runner in runners.OWN_RUNNERS
         else list(facts.argv),
         "pytest_args": pytest_args(facts, seen(scratch.work)),
@@ -362,6 +366,7 @@ def plan(facts: RunFacts, env: Environment) -> Plan:
         "steps": [],
         "stdin_file": facts.stdin_file,
         "command_env": {},
+        "canary": facts.canary_file,
     }
     if facts.runner == "steps":
         instructions["steps"], child = lang_steps(facts, env, address_space)

@@ -1,0 +1,97 @@
+"""A graded run's canary, laid out (issue 44; the pure part is `aexec._stages.canary`):
+fresh random names, and the test module written where the runner finds the repo's own
+tests — beside the selection's first test file (pytest; sympy: its last), in its first
+label's package (unittest; Django: under ``tests/``).
+
+Only a Python ``run_suite`` with an explicit, non-empty selection gets one: the whole
+suite (no selection) is collected by the repo's own configuration (``testpaths``,
+discovery), which an argument more would change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+
+from .. import _runners as runners
+from .._boundary.trees import write_inside
+from .._stages.canary import Canary
+from .session import Job
+
+
+def _token() -> str:
+    return secrets.token_hex(6)
+
+
+def _is_dir(work: str, rel: str) -> bool:
+    path = os.path.join(work, rel)
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
+def _directory(runner: str, work: str, selection: tuple[str, ...]) -> tuple[str, str] | None:
+    """``(directory, dotted package)`` of the canary's module, or None: no place for it."""
+    if runner in ("pytest", "sympy"):
+        # sympy runs its files sorted by path: the last one's directory comes last
+        for s in sorted(selection, reverse=True) if runner == "sympy" else selection:
+            rel = os.path.normpath(s.split("::", 1)[0])
+            if rel.startswith(("..", "/", "-")):
+                continue
+            if _is_dir(work, rel):
+                return ("" if rel == "." else rel), ""
+            if os.path.isfile(os.path.join(work, rel)):
+                return os.path.dirname(rel), ""
+        return ("", "") if runner == "pytest" else None
+    base = "tests" if runner == "django" else ""
+    parts = [p for p in selection[0].split(".") if p]
+    for k in range(len(parts), 0, -1):
+        if all(p.isidentifier() for p in parts[:k]) and _is_dir(work, os.path.join(base, *parts[:k])):
+            return os.path.join(base, *parts[:k]), ".".join(parts[:k])
+    return None if runner == "django" else ("", "")
+
+
+def _module(runner: str, directory: str) -> str:
+    """A fresh module name; sympy's sorts after every file of its directory (its runner
+    runs files in path order, and a patch's hook set off by a test must meet it after)."""
+    if runner != "sympy":
+        return f"test_{_token()}"
+    try:
+        names = [n[:-3] for n in os.listdir(directory) if n.startswith("test_") and n.endswith(".py")]
+    except OSError:
+        names = []
+    return f"{max(names, default='test')}_{_token()}"
+
+
+def place(job: Job, work: str) -> Canary | None:
+    """The run's canary, written into the view ``work``; None when the run gets none.
+    A canary that cannot be written is still returned (and reported ``missing``)."""
+    c = job.candidate
+    tests = c.tests
+    if c.language != "python" or c.request_type != "run_suite" or c.command or not tests:
+        return None
+    if not runners.python_suite(job.runner):
+        return None
+    where = _directory(job.runner, work, tests)
+    if where is None:
+        return None
+    directory, package = where
+    canary = Canary(
+        runner=job.runner,
+        directory=directory,
+        module=_module(job.runner, os.path.join(work, directory)),
+        cls=f"Test{_token()}",
+        fail=f"test_{_token()}",
+        passes=f"test_{_token()}",
+        message=_token() + _token(),
+        package=package,
+    )
+    with contextlib.suppress(OSError):  # a link on the way: no canary runs, and that shows
+        write_inside(work, canary.path, canary.source().encode())
+    return canary
+
+
+def canary_args(work: str, canary: Canary | None) -> tuple[str, ...]:
+    """The canary's argument for the runner, if its file is in the view."""
+    if canary is None or not os.path.isfile(os.path.join(work, canary.path)):
+        return ()
+    return (canary.arg(),)
