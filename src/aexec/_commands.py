@@ -122,6 +122,7 @@ def add_commands(sub: Any) -> None:
         default=None,
         help="requests waiting beyond --jobs before 429 (default: 32 per job)",
     )
+    v.add_argument("--sessions", type=int, default=4, help="sessions open at once at most (default: 4)")
     v.add_argument("--max-body-mib", type=float, default=16.0, help="largest request body (default: 16 MiB)")
     v.add_argument(
         "--grace", type=float, default=5.0, help="seconds runs in flight get after SIGTERM (default: 5)"
@@ -159,6 +160,7 @@ def _serve_main(args: argparse.Namespace) -> int:
             max_body=int(args.max_body_mib * 1024 * 1024),
             token=read_token(args.token_file) if args.token_file else None,
             grace=args.grace,
+            sessions=args.sessions,
             python=args.python,
             environment=read_environment(args.environment) if args.environment else None,
         )

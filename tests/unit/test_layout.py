@@ -133,6 +133,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_serve.sandboxfusion",
             "_serve.openapi",
             "_serve.gate",
+            "_serve.sessions",
             "_serve.app",
             "_serve.server",
             "_environments.command",

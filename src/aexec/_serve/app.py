@@ -3,7 +3,7 @@
 Endpoints: ``POST /run_code`` (SandboxFusion's, `sandboxfusion`), ``POST /observe`` (one
 request of the JSONL contract in, its observation out), ``POST /observe_many`` (JSONL in,
 observations out in input order as they are made), ``GET /health``, ``GET /metrics``,
-``GET /openapi.json``.
+``GET /openapi.json``, and the session routes (``/sessions...``, `sessions`).
 
 What keeps it standing (`Gate`, in `gate`): at most ``jobs`` runs at once, at most
 ``queue`` more waiting; an ``/observe`` request beyond that gets ``429`` with
@@ -41,6 +41,8 @@ from .._serde import dumps
 from . import sandboxfusion
 from .gate import Gate, Refused
 from .openapi import OPENAPI
+from .sessions import Sessions
+from .sessions import routes as session_routes
 
 log = get_logger(__name__)
 
@@ -54,6 +56,9 @@ class Settings:
     token: str | None = None
     #: The interpreter ``/run_code``'s Python programs run in (None: the server's own).
     python: str | None = None
+    #: Open sessions at most (`sessions`), and the idle seconds after which one is closed.
+    sessions: int = 4
+    session_idle_s: float = 900.0
 
 
 async def _body(request: Request, cap: int) -> bytes:
@@ -217,7 +222,10 @@ def build(settings: Settings) -> Starlette:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
+    sessions = Sessions(obs_, settings.sessions, settings.session_idle_s)
+    routes += session_routes(sessions, gate, settings.max_body, _body, _json, cancel_on_disconnect)
     app = Starlette(routes=routes)
+    app.state.sessions = sessions  # closed by the server when it stops
     app.add_middleware(_Access, token=settings.token)
     return app
 

@@ -48,6 +48,18 @@ def _get(summary: str) -> Any:
     return {"get": {"summary": summary, "responses": {"200": {"description": "JSON"}}}}
 
 
+def _in_session(operations: dict[str, Any], *names: str) -> Any:
+    """Session ``operations`` with their path parameters (``id``, and ``names``)."""
+    parameters = [
+        {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in ("id", *names)
+    ]
+    return {"parameters": parameters, **operations}
+
+
+def _answer(summary: str, media: str = "application/json") -> Any:
+    return {"summary": summary, "responses": {"200": {"description": media}, **_REFUSALS}}
+
+
 OPENAPI: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {"title": "aexec serve", "version": VERSION},
@@ -106,6 +118,32 @@ OPENAPI: dict[str, Any] = {
         "/health": _get("Liveness and version"),
         "/metrics": _get("Runs in flight, queued, done by verdict, refused"),
         "/openapi.json": _get("This description"),
+        "/sessions": _post(
+            "Open a session (docs/sessions.md): a workspace that lives across commands",
+            {"type": "object", "description": "repo, python, environment, policy: each optional"},
+            {"type": "object", "properties": {"id": {"type": "string"}}},
+        ),
+        "/sessions/{id}/exec": _in_session(
+            _post(
+                "Run one command in the session under the whole boundary",
+                {"type": "object", "description": "argv (required), input, cwd, env, timeout"},
+                {"type": "object", "description": "its ExecutionObservation"},
+            )
+        ),
+        "/sessions/{id}/files/{path}": _in_session(
+            {
+                "get": _answer(
+                    "A file of the workspace (403: outside it, 404: missing)", "application/octet-stream"
+                ),
+                "put": {
+                    **_answer("Write a file of the workspace (the raw body)"),
+                    "requestBody": {"content": {"application/octet-stream": {}}},
+                },
+            },
+            "path",
+        ),
+        "/sessions/{id}/diff": _in_session({"get": _answer("The workspace's patch", "text/x-diff")}),
+        "/sessions/{id}": _in_session({"delete": _answer("Close the session (404: unknown)")}),
     },
     "components": {"schemas": {"Error": _ERROR}},
 }

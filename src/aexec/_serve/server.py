@@ -7,7 +7,8 @@ announced through ``on_ready``) before the first request, port 0 included.
 
 SIGTERM or SIGINT: new connections are refused, requests in flight get ``grace`` seconds
 to finish, then they are cancelled — aexec kills their process trees and removes their
-scratch roots — and the observer's warm interpreters are stopped before the call returns.
+scratch roots — every open session is closed, and the observer's warm interpreters are
+stopped before the call returns.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class ServeConfig:
     #: environment (built once, at the start; its interpreter is then the one).
     python: str | None = None
     environment: EnvSpec | None = None
+    #: Sessions open at once at most (``POST /sessions`` past it: 429).
+    sessions: int = 4
 
 
 def is_loopback(host: str) -> bool:
@@ -106,6 +109,8 @@ def check_config(config: ServeConfig) -> None:
         raise RequestError(
             f"--host {config.host}: not a loopback address; a bearer token is required (--token-file)"
         )
+    if config.sessions < 0:
+        raise RequestError(f"--sessions must be >= 0, got {config.sessions}")
     for name in ("jobs", "queue"):
         if getattr(config, name) < (1 if name == "jobs" else 0):
             raise RequestError(
@@ -172,6 +177,7 @@ async def serve(
                     config.max_body,
                     config.token,
                     python=python,
+                    sessions=config.sessions,
                 )
             )
             async with anyio.create_task_group() as tg:
@@ -184,7 +190,10 @@ async def serve(
                 )
                 if on_ready is not None:
                     on_ready(url)
-                await _hypercorn(app, hc, stopping)
+                try:
+                    await _hypercorn(app, hc, stopping)
+                finally:
+                    await app.state.sessions.aclose()
                 tg.cancel_scope.cancel()
     log.info("stopped")
 
