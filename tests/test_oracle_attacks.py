@@ -449,8 +449,8 @@ def test_split_takes_the_canary_out_and_undoes_its_exit_status() -> None:
         attrs.evolve(ev, tests=(ev.tests[0], ParsedTest(ev.tests[1].nodeid, "passed")), errors=()), c
     )
     assert seen is not None and misbehaved(seen) == (
-        "the must-fail canary test test_f4i1 was reported passed; "
-        "the must-pass canary test test_p4ss was reported missing"
+        "the must-fail canary test test_aexec_canary_fails was reported passed; "
+        "the must-pass canary test test_aexec_canary_passes was reported missing"
     )
     assert passed.exit_code == 1  # not the canary's doing: left as it was
     # A run killed at its deadline never reached the canary: no sign of anything.

@@ -36,6 +36,24 @@ class Reporter:
                     items[:] = [i for i in items if id(i) not in ids] + mine
 
             self.pytest_collection_modifyitems: Any = hookimpl(trylast=True)(last)
+            finish = self.pytest_sessionfinish
+
+            def mine(nodeid: Any) -> bool:
+                return str(nodeid) == canary or str(nodeid).startswith(canary + "::")
+
+            def forget(session: Any) -> None:
+                # before the cache provider writes: the canary's node ids are never kept
+                # (``lastfailed``, ``nodeids``), so what the run leaves is the repo's own
+                plugins = session.config.pluginmanager
+                lf, nf = plugins.get_plugin("lfplugin"), plugins.get_plugin("nfplugin")
+                if isinstance(getattr(lf, "lastfailed", None), dict):
+                    lf.lastfailed = {k: v for k, v in lf.lastfailed.items() if not mine(k)}
+                seen = getattr(nf, "cached_nodeids", None)
+                if isinstance(seen, (list, set)):
+                    nf.cached_nodeids = type(seen)(n for n in seen if not mine(n))
+                finish(session)
+
+            setattr(self, "pytest_sessionfinish", hookimpl(tryfirst=True)(forget))  # noqa: B010
         if rewriting.PATTERNS and hookimpl is not None:
 
             def served(early_config: Any) -> Any:

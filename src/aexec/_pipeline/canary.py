@@ -31,9 +31,11 @@ def _is_dir(work: str, rel: str) -> bool:
 
 def _directory(runner: str, work: str, selection: tuple[str, ...]) -> tuple[str, str] | None:
     """``(directory, dotted package)`` of the canary's module, or None: no place for it."""
-    if runner in ("pytest", "sympy"):
+    if runner == "pytest":
+        return _pytest_directory(work, selection)
+    if runner == "sympy":
         # sympy runs its files sorted by path: the last one's directory comes last
-        for s in sorted(selection, reverse=True) if runner == "sympy" else selection:
+        for s in sorted(selection, reverse=True):
             rel = os.path.normpath(s.split("::", 1)[0])
             if rel.startswith(("..", "/", "-")):
                 continue
@@ -41,13 +43,32 @@ def _directory(runner: str, work: str, selection: tuple[str, ...]) -> tuple[str,
                 return ("" if rel == "." else rel), ""
             if os.path.isfile(os.path.join(work, rel)):
                 return os.path.dirname(rel), ""
-        return ("", "") if runner == "pytest" else None
+        return None
     base = "tests" if runner == "django" else ""
     parts = [p for p in selection[0].split(".") if p]
     for k in range(len(parts), 0, -1):
         if all(p.isidentifier() for p in parts[:k]) and _is_dir(work, os.path.join(base, *parts[:k])):
             return os.path.join(base, *parts[:k]), ".".join(parts[:k])
     return None if runner == "django" else ("", "")
+
+
+def _pytest_directory(work: str, selection: tuple[str, ...]) -> tuple[str, str] | None:
+    """Beside the first selected file, or beside the first selected directory: never
+    inside a selected directory, whose collection would overlap the canary's own
+    argument (pytest 8.3 then collects the canary's file alone). None when the root
+    itself is selected."""
+    picked = [os.path.normpath(s.split("::", 1)[0]) for s in selection]
+    picked = [p for p in picked if not p.startswith(("..", "/", "-"))]
+    dirs = [p for p in picked if _is_dir(work, p)]
+    if "." in dirs:
+        return None
+    for rel in picked:
+        here = os.path.dirname(rel) if os.path.isfile(os.path.join(work, rel)) else rel
+        while any(here == d or here.startswith(d + "/") for d in dirs):
+            here = os.path.dirname(here)
+        if here != rel or not _is_dir(work, rel):
+            return here, ""
+    return "", ""
 
 
 def _module(runner: str, directory: str) -> str:

@@ -328,8 +328,8 @@ def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
         defines = frozenset(repo_defines(c.repo, wanted(evidence)))
     run = Run(
         evidence=evidence,
-        stdout=raw.stdout,
-        stderr=raw.stderr,
+        stdout=canaries.scrub(raw.stdout, prep.canary),
+        stderr=canaries.scrub(raw.stderr, prep.canary),
         cwd=scratch.work,
         scratch_root=scratch.root,
         changed_state=summary,
