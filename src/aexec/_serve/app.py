@@ -39,7 +39,7 @@ from .._pipeline.observer import Observer
 from .._records import Candidate, ExecutionObservation
 from .._serde import dumps
 from . import sandboxfusion
-from .gate import Gate, Refused
+from .gate import Gate, Refused, answered
 from .openapi import OPENAPI
 from .sessions import Sessions
 from .sessions import routes as session_routes
@@ -215,9 +215,9 @@ def build(settings: Settings) -> Starlette:
         return JSONResponse(OPENAPI)
 
     routes = [
-        Route("/run_code", _errors(run_code), methods=["POST"]),
-        Route("/observe", _errors(observe_one), methods=["POST"]),
-        Route("/observe_many", _errors(observe_batch), methods=["POST"]),
+        Route("/run_code", answered(run_code), methods=["POST"]),
+        Route("/observe", answered(observe_one), methods=["POST"]),
+        Route("/observe_many", answered(observe_batch), methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
@@ -228,16 +228,6 @@ def build(settings: Settings) -> Starlette:
     app.state.sessions = sessions  # closed by the server when it stops
     app.add_middleware(_Access, token=settings.token)
     return app
-
-
-def _errors(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    async def wrapped(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except Refused as e:
-            return e.response()
-
-    return wrapped
 
 
 class _Stream(Response):

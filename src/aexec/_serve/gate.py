@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import attrs
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .sandboxfusion import RUN_OVERHEAD_S
@@ -187,3 +188,15 @@ class Gate:
             "refused_late": self.late,
             "run_overhead_s": round(self.overhead(), 2),
         }
+
+
+def answered(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """``handler``, a `Refused` it raises answered with its own response."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Refused as e:
+            return e.response()
+
+    return wrapped

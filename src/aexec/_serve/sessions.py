@@ -33,7 +33,7 @@ from .._pipeline.observer import Observer
 from .._pipeline.workspace import Workspace
 from .._records import Policy
 from .._serde import dumps
-from .gate import Gate, Refused
+from .gate import Gate, Refused, answered
 
 
 @attrs.define
@@ -224,19 +224,9 @@ def routes(
         return Response(status_code=204)
 
     return [
-        Route("/sessions", _errors(start), methods=["POST"]),
-        Route("/sessions/{sid}/exec", _errors(execute), methods=["POST"]),
-        Route("/sessions/{sid}/files/{path:path}", _errors(files), methods=["GET", "PUT"]),
-        Route("/sessions/{sid}/diff", _errors(diff), methods=["GET"]),
-        Route("/sessions/{sid}", _errors(close), methods=["DELETE"]),
+        Route("/sessions", answered(start), methods=["POST"]),
+        Route("/sessions/{sid}/exec", answered(execute), methods=["POST"]),
+        Route("/sessions/{sid}/files/{path:path}", answered(files), methods=["GET", "PUT"]),
+        Route("/sessions/{sid}/diff", answered(diff), methods=["GET"]),
+        Route("/sessions/{sid}", answered(close), methods=["DELETE"]),
     ]
-
-
-def _errors(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    async def wrapped(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except Refused as e:
-            return e.response()
-
-    return wrapped
