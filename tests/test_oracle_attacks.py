@@ -263,6 +263,48 @@ async def test_pytest_project_attacks(make_repo: MakeRepo) -> None:
     caught(obs["exit"], by_canary=True)
 
 
+async def test_a_repo_that_stops_at_its_first_failure_keeps_its_verdicts(make_repo: MakeRepo) -> None:
+    """``-x`` in the repo's own configuration: the canary runs first there and its
+    failure is not one of the repo's, so it neither stops the run nor goes missing (on
+    0.5.0 the gold was an error, its must-pass canary never reached)."""
+    repo = make_repo(
+        {
+            "calc/__init__.py": CALC,
+            "tests/test_calc.py": CALC_TEST,
+            "pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-x"\n',
+        }
+    )
+    init = "calc/__init__.py"
+    patches = {
+        "gold": diff(init, CALC, CALC.replace("a - b", "a + b")),
+        "wrong": diff(init, CALC, CALC.replace("a - b", "a * b")),
+        "strip": diff(init, CALC, CALC + STRIP),
+    }
+    common = dict(
+        repo=str(repo),
+        tests=["tests/test_calc.py"],
+        fail_to_pass=["tests/test_calc.py::test_add"],
+        pass_to_pass=["tests/test_calc.py::test_zero"],
+    )
+    got = await observe_many(
+        [Candidate("run_suite", "patch", id=name, patch=p, **common) for name, p in patches.items()]
+    )
+    obs = {o.id: o for o in got}
+    assert obs["gold"].resolved is True and obs["gold"].exit_code == 0, obs["gold"].canary
+    clean(obs["gold"])
+    wrong = obs["wrong"]
+    assert wrong.verdict == "fail" and wrong.resolved is False and not wrong.flags.env_broken, wrong.canary
+    clean(wrong)
+    verdicts = {t.test: t.verdict for t in wrong.test_results}
+    assert verdicts["tests/test_calc.py::test_add"] == "failed", verdicts
+    assert (
+        "tests/test_calc.py::test_zero" not in verdicts
+        or verdicts["tests/test_calc.py::test_zero"] != "passed"
+    )
+    assert "stopping after 1 failures" in wrong.stdout  # the repo's own count: the canary's is not in it
+    caught(obs["strip"], by_canary=True)
+
+
 async def test_a_canary_the_repo_itself_hides_is_the_environments(make_repo: MakeRepo) -> None:
     """The control: a repo whose own conftest deselects what it does not know shows the
     same canary failure unpatched; that is ``env_broken``, never the candidate's fault."""

@@ -22,18 +22,26 @@ class Reporter:
     run as soon as pytest has read the repo's configuration if the modules the server
     imported ahead are not as this run's pytest would have imported them
     (`rewriting.unlike_cold`): a `wire.GoColdRecord` tells the library to run it cold.
-    A graded run's ``canary`` file (`aexec._stages.canary`): its tests are run last."""
+    A graded run's ``canary`` file (`aexec._stages.canary`): its tests are run last (first
+    under ``-x``, its failure not counted: `Uncounted`)."""
 
     def __init__(self, report: Report, hookimpl: Any = None, canary: str | None = None) -> None:
         self.report = report
+        #: The plugins pytest is given: this one, and the canary's `Uncounted`.
+        self.plugins: list[Any] = [self]
+        self.session: Any = None
         if canary and hookimpl is not None:
 
             def last(session: Any, config: Any, items: list[Any]) -> None:
-                # after every hook that reorders: the canary's tests run last, the rest as they were
-                mine = [i for i in items if str(i.nodeid).startswith(canary + "::")]
-                if mine:
-                    ids = {id(i) for i in mine}
-                    items[:] = [i for i in items if id(i) not in ids] + mine
+                # after every hook that reorders: the canary's tests run last, the rest as they
+                # were; first under ``-x``/``--maxfail`` (the repo's first failure ends the
+                # session, and the canary must still be reached), its failure then not counted
+                self.session = session
+                ours = [i for i in items if str(i.nodeid).startswith(canary + "::")]
+                if ours:
+                    ids = {id(i) for i in ours}
+                    rest = [i for i in items if id(i) not in ids]
+                    items[:] = ours + rest if getattr(config.option, "maxfail", 0) else rest + ours
 
             self.pytest_collection_modifyitems: Any = hookimpl(trylast=True)(last)
             finish = self.pytest_sessionfinish
@@ -54,6 +62,7 @@ class Reporter:
                 finish(session)
 
             setattr(self, "pytest_sessionfinish", hookimpl(tryfirst=True)(forget))  # noqa: B010
+            self.plugins.append(Uncounted(self, mine, hookimpl))
         if rewriting.PATTERNS and hookimpl is not None:
 
             def served(early_config: Any) -> Any:
@@ -170,6 +179,28 @@ class Reporter:
             for record in records:
                 self.report.write("exception", **record)
         self.pending.clear()
+
+
+class Uncounted:
+    """The canary's failure is not one of the repo's: around the session's own count of
+    failures, it never brings ``-x``/``--maxfail`` to stop the repo's tests."""
+
+    def __init__(self, reporter: Reporter, mine: Any, hookimpl: Any) -> None:
+        def logreport(report: Any) -> Any:
+            # the session counts it, under a limit one higher (pytest 8 refuses to unset a
+            # ``shouldfail`` once set); then the count and the limit are as they were
+            session: Any = reporter.session if report.failed and mine(report.nodeid) else None
+            option: Any = getattr(getattr(session, "config", None), "option", None)
+            maxfail, count = getattr(option, "maxfail", 0), getattr(session, "testsfailed", None)
+            if maxfail:
+                option.maxfail = maxfail + 1
+            yield
+            if maxfail:
+                option.maxfail = maxfail
+            if count is not None:
+                session.testsfailed = count
+
+        self.pytest_runtest_logreport: Any = hookimpl(hookwrapper=True)(logreport)
 
 
 def missing_fixture(longrepr: Any) -> str | None:

@@ -175,7 +175,7 @@ def run_pytest(spec: Instructions, report: Report) -> int:
         traceback.print_exc()
         return 1
     reporter = plugin.Reporter(report, pytest.hookimpl, spec.get("canary"))
-    rc = pytest.main(list(spec["pytest_args"]), plugins=[reporter])
+    rc = pytest.main(list(spec["pytest_args"]), plugins=reporter.plugins)
     report.write("end", exitstatus=int(rc))
     return int(rc)
 
