@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -42,6 +40,8 @@ from typing import Any
 
 import attrs
 import httpx
+
+from aexec.testing import ServeProcess
 
 #: verl's settings: its defaults and its trainer config's ``sandbox_fusion`` block.
 TIMEOUT_S = 10
@@ -179,54 +179,6 @@ def drive(url: str, cases: list[Case], concurrency: int = MAX_CONCURRENT) -> lis
         return list(pool.map(one, cases))
 
 
-class Server:
-    """``aexec serve --port 0 --no-cache`` with ``extra`` flags, as a process."""
-
-    def __init__(self, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aexec", "serve", "--port", "0", "--no-cache", *extra],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        self.url = ""
-        self.lines: list[str] = []
-        ready = threading.Event()
-
-        def drain() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                if "listening on " in line and not self.url:
-                    self.url = line.split("listening on ", 1)[1].split()[0]
-                    ready.set()
-            ready.set()
-
-        self.reader = threading.Thread(target=drain, daemon=True)
-        self.reader.start()
-        ready.wait(60)
-        if not self.url:
-            self.__exit__()
-            raise RuntimeError(f"aexec serve did not start: {''.join(self.lines)}")
-
-    def metrics(self) -> dict[str, Any]:
-        return dict(httpx.get(f"{self.url}/metrics", timeout=10).json())
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.reader.join(10)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-
-
 def scenario(name: str, copies: int) -> tuple[list[str], list[Case]]:
     """The server's flags and the cases of a scenario."""
     if name == "mix":
@@ -286,7 +238,7 @@ def main() -> int:
         flags, cases = scenario(name, args.copies)
         if args.jobs is not None and name != "over":
             flags = ["--jobs", str(args.jobs)]
-        with Server(*flags) as server:
+        with ServeProcess(*flags) as server:
             start = time.perf_counter()
             results = drive(server.url, cases)
             out.append(report(name, results, time.perf_counter() - start, server.metrics()))

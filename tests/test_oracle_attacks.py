@@ -29,7 +29,7 @@ from aexec._stages.canary import Canary, machinery, misbehaved, split
 from aexec._stages.parse import Evidence, ParsedTest, RaisedError
 
 from .conftest import MakeRepo, diff
-from .test_runners import FIX_TEST, SYMPY_FIX, checkouts  # noqa: F401 (a fixture)
+from .test_runners import checkouts, django_graded, sympy_graded  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -120,14 +120,7 @@ async def test_django_attacks_are_caught_and_gold_resolves(checkouts: tuple[Path
         "excepthook": diff(text_path, text, interrupts),
         "atexit": diff(text_path, text, text + ATEXIT),
     }
-    common = dict(
-        repo=str(dj),
-        runner="django",
-        python=python,
-        test_patch=diff("tests/aexec_cases/test_fix.py", "", FIX_TEST),
-        fail_to_pass=["test_capfirst (aexec_cases.test_fix.Fix)"],
-        pass_to_pass=["test_empty (aexec_cases.test_fix.Fix)"],
-    )
+    common = django_graded(dj, python)
     got = await observe_many(
         [Candidate("run_suite", "patch", id=name, patch=p, **common) for name, p in patches.items()]
     )
@@ -174,12 +167,7 @@ async def test_sympy_reporter_swapped_mid_run_is_caught(checkouts: tuple[Path, P
                 "patch",
                 id="lazy",
                 patch=diff(misc_path, misc, lazy),
-                repo=str(sy),
-                runner="sympy",
-                python=python,
-                test_patch=diff("sympy/utilities/tests/test_aexec_fix.py", "", SYMPY_FIX),
-                fail_to_pass=["test_ordinal_two"],
-                pass_to_pass=["test_ordinal_one"],
+                **sympy_graded(sy, python),
             )
         ]
     )

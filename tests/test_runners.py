@@ -16,6 +16,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,6 +185,33 @@ def checkouts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str
     return dj, sy, python
 
 
+def django_graded(dj: Path, python: str) -> dict[str, Any]:
+    """A graded Django ``run_suite``'s arguments except its patch: the test patch adding
+    ``Fix``, its FAIL_TO_PASS (``test_capfirst``, which the injected bug fails) and
+    PASS_TO_PASS. SWE-bench's lists from a Python 3.9 image name tests the older way
+    (the first); both ways are matched."""
+    return dict(
+        repo=str(dj),
+        runner="django",
+        python=python,
+        test_patch=diff("tests/aexec_cases/test_fix.py", "", FIX_TEST),
+        fail_to_pass=["test_capfirst (aexec_cases.test_fix.Fix)"],
+        pass_to_pass=["test_empty (aexec_cases.test_fix.Fix.test_empty)"],
+    )
+
+
+def sympy_graded(sy: Path, python: str) -> dict[str, Any]:
+    """A graded sympy ``run_suite``'s arguments except its patch (the injected ``ordinal`` bug)."""
+    return dict(
+        repo=str(sy),
+        runner="sympy",
+        python=python,
+        test_patch=diff("sympy/utilities/tests/test_aexec_fix.py", "", SYMPY_FIX),
+        fail_to_pass=["test_ordinal_two"],
+        pass_to_pass=["test_ordinal_one"],
+    )
+
+
 async def _observe(*cands: Candidate) -> list:
     return list(await observe_many(list(cands)))
 
@@ -239,16 +267,7 @@ async def test_django_graded_gold_wrong_and_tampered(checkouts: tuple[Path, Path
     )
     assert cheat != runtests
     tamper = diff("tests/runtests.py", runtests, cheat)
-    test_patch = diff("tests/aexec_cases/test_fix.py", "", FIX_TEST)
-    common = dict(
-        repo=str(dj),
-        runner="django",
-        python=python,
-        test_patch=test_patch,
-        # SWE-bench's lists from a Python 3.9 image name tests the older way.
-        fail_to_pass=["test_capfirst (aexec_cases.test_fix.Fix)"],
-        pass_to_pass=["test_empty (aexec_cases.test_fix.Fix.test_empty)"],
-    )
+    common = django_graded(dj, python)
     good, bad, cheated = await _observe(
         Candidate("run_suite", "patch", id="gold", patch=gold, **common),
         Candidate("run_suite", "patch", id="wrong", patch=wrong, **common),
@@ -378,14 +397,7 @@ async def test_sympy_graded_gold_and_tampered_runner(checkouts: tuple[Path, Path
     cheat = runtests.replace("reporter.test_fail((t, v, tr))", "reporter.test_pass()")
     assert cheat != runtests
     tamper = diff("sympy/testing/runtests.py", runtests, cheat)
-    common = dict(
-        repo=str(sy),
-        runner="sympy",
-        python=python,
-        test_patch=diff("sympy/utilities/tests/test_aexec_fix.py", "", SYMPY_FIX),
-        fail_to_pass=["test_ordinal_two"],
-        pass_to_pass=["test_ordinal_one"],
-    )
+    common = sympy_graded(sy, python)
     good, cheated = await _observe(
         Candidate("run_suite", "patch", id="gold", patch=gold, **common),
         Candidate("run_suite", "patch", id="tamper", patch=tamper, **common),

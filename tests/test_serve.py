@@ -14,7 +14,6 @@ import asyncio
 import base64
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -29,6 +28,8 @@ import pytest
 
 sandbox_fusion = pytest.importorskip("sandbox_fusion")
 from sandbox_fusion import RunCodeRequest, run_code, run_code_async  # noqa: E402
+
+from aexec.testing import ServeProcess  # noqa: E402
 
 from .conftest import live_pids_with  # noqa: E402
 
@@ -77,51 +78,9 @@ COMPILED = {"cpp", "rust", "java"}
 CRASH_RC = {"python": 1, "cpp": -11, "rust": 101, "java": 1, "nodejs": 1}
 
 
-class Server:
-    """``aexec serve`` on a free port, as a process: its URL and its stderr lines."""
-
-    def __init__(self, *extra: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aexec", "serve", "--port", "0", "--no-cache", *extra],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        self.lines: list[str] = []
-        self.url = ""
-        ready = threading.Event()
-
-        def drain() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                if "listening on " in line and not self.url:
-                    self.url = line.split("listening on ", 1)[1].split()[0]
-                    ready.set()
-            ready.set()
-
-        self.reader = threading.Thread(target=drain, daemon=True)
-        self.reader.start()
-        ready.wait(30)
-        assert self.url, f"the server did not start: {''.join(self.lines)}"
-
-    def stop(self, timeout: float = 30) -> int:
-        """SIGTERM; its exit status."""
-        self.proc.send_signal(signal.SIGTERM)
-        return self.wait(timeout)
-
-    def wait(self, timeout: float) -> int:
-        rc = self.proc.wait(timeout)
-        self.reader.join(10)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-        return rc
-
-
 @pytest.fixture(scope="module")
-def process() -> Iterator[Server]:
-    server = Server("--jobs", "4", "-v")
+def process() -> Iterator[ServeProcess]:
+    server = ServeProcess("--jobs", "4", "-v")
     try:
         yield server
     finally:
@@ -129,7 +88,7 @@ def process() -> Iterator[Server]:
 
 
 @pytest.fixture
-def server(process: Server) -> str:
+def server(process: ServeProcess) -> str:
     return process.url
 
 
@@ -295,7 +254,7 @@ def test_what_aexec_cannot_run_gets_sandboxfusions_own_422(
     assert f'"loc":["body","{field}"]' in str(caught.value)
 
 
-def test_the_openapi_description_health_and_access_events(process: Server) -> None:
+def test_the_openapi_description_health_and_access_events(process: ServeProcess) -> None:
     server = process.url
     spec = httpx.get(f"{server}/openapi.json").json()
     assert {"/run_code", "/observe", "/observe_many", "/health", "/metrics"} <= set(spec["paths"])
@@ -359,7 +318,7 @@ def test_sigterm_kills_runs_in_flight_and_exits_cleanly(tmp_path: Path) -> None:
     scratch root removed, and the server exits 0."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    server = Server("--grace", "1", env={**os.environ, "TMPDIR": str(scratch)})
+    server = ServeProcess("--grace", "1", env={**os.environ, "TMPDIR": str(scratch)})
     url = server.url
     marker = f"serve-sigterm-{uuid.uuid4().hex}"
     code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])"
@@ -388,7 +347,7 @@ def test_sigterm_kills_runs_in_flight_and_exits_cleanly(tmp_path: Path) -> None:
 
 def test_sigterm_lets_a_run_in_flight_finish_within_the_grace() -> None:
     """Draining: a run that ends within ``--grace`` is answered, then the server exits 0."""
-    server = Server("--grace", "30")
+    server = ServeProcess("--grace", "30")
     marker = f"serve-drain-{uuid.uuid4().hex}"
     code = (
         "import subprocess, sys\n"

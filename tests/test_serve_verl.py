@@ -9,10 +9,13 @@ import importlib.util
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from aexec.testing import ServeProcess
 
 pytest.importorskip("starlette")
 pytest.importorskip("hypercorn")
@@ -26,12 +29,12 @@ _spec.loader.exec_module(verl)
 
 
 @pytest.fixture(scope="module")
-def server() -> verl.Server:
-    with verl.Server("--jobs", "4") as s:
+def server() -> Iterator[ServeProcess]:
+    with ServeProcess("--jobs", "4") as s:
         yield s
 
 
-def test_every_case_scores_as_sandboxfusion_scores_it(server: verl.Server) -> None:
+def test_every_case_scores_as_sandboxfusion_scores_it(server: ServeProcess) -> None:
     """Right answers (one of 110 KB, past aexec's 64 KiB default: once cut, scored 0),
     wrong answers, a runtime error, a syntax error, a compile error, an infinite loop, a
     memory hog and bash (once a 422 verl cannot read), all at once."""
@@ -41,7 +44,7 @@ def test_every_case_scores_as_sandboxfusion_scores_it(server: verl.Server) -> No
     assert got == {c.name: c.score for c in verl.CASES}, [r for r in results if r.score != r.case.score]
 
 
-def test_a_language_sandboxfusion_has_and_aexec_lacks_is_its_sandbox_error(server: verl.Server) -> None:
+def test_a_language_sandboxfusion_has_and_aexec_lacks_is_its_sandbox_error(server: ServeProcess) -> None:
     """go is one of SandboxFusion's languages: its own ``SandboxError`` answer, which verl
     reads (-1, as for any sandbox failure), not a 422 it cannot."""
     r = httpx.post(f"{server.url}/run_code", json={"code": "package main", "language": "go"}, timeout=30)
@@ -57,7 +60,7 @@ def test_a_request_that_cannot_start_in_time_is_504_and_one_over_the_queue_waits
     it could no longer end before verl gives up (its ``compile_timeout + run_timeout + 10``
     s), not a 429 verl never retries, nor held until verl has gone; short requests beyond
     the queue wait for the slot and are answered."""
-    with verl.Server("--jobs", "1", "--queue", "0") as s:
+    with ServeProcess("--jobs", "1", "--queue", "0") as s:
         hold = {"code": "import time\ntime.sleep(30)", "language": "python", "run_timeout": 12}
         holder = threading.Thread(
             target=lambda: httpx.post(f"{s.url}/run_code", json={**hold, "compile_timeout": 0.1}, timeout=60)
@@ -87,16 +90,16 @@ def test_python_programs_run_in_the_interpreter_the_server_is_given(tmp_path: Pa
     other = Path("/usr/bin/python3")
     if not other.exists() or other.resolve() == Path(sys.executable).resolve():
         pytest.skip("no second interpreter here")
-    with verl.Server("--jobs", "1", "--python", str(other)) as s:
+    with ServeProcess("--jobs", "1", "--python", str(other)) as s:
         code = "import sys; print(sys.executable)"
         r = httpx.post(f"{s.url}/run_code", json={"code": code, "language": "python"}, timeout=60).json()
         assert (r["status"], r["run_result"]["stdout"]) == ("Success", f"{other}\n"), r
     with pytest.raises(RuntimeError, match="--python"):
-        verl.Server("--python", str(tmp_path / "none"))
+        ServeProcess("--python", str(tmp_path / "none"))
 
 
 def test_a_declared_environment_is_built_before_the_server_listens() -> None:
     """``--environment``: built (or found built) at the start, its interpreter then runs
     /run_code's Python programs; one that cannot be built stops the start, naming it."""
     with pytest.raises(RuntimeError, match=r"--environment: .*3\.99"):
-        verl.Server("--environment", '{"python": "3.99"}')
+        ServeProcess("--environment", '{"python": "3.99"}')

@@ -15,6 +15,10 @@ said instead of writing a candidate that makes them say it::
 `scripted_observer` is an `Observer` that starts no process of its own either: no fork
 server, no bytecode compiler, no namespaces or cgroups, and the running interpreter's
 toolchain known without asking a subprocess. (A patch is still applied by ``git apply``.)
+
+`ServeProcess` is the other way round, for a test of an HTTP client: the real
+``aexec serve`` as a child process on a free loopback port (``with ServeProcess("--jobs",
+"4") as server: httpx.post(f"{server.url}/run_code", ...)``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ import contextlib
 import io
 import json
 import re
+import signal
+import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +45,15 @@ from ._pipeline.observer import Observer
 from ._pipeline.toolchain import _PROBE, Toolchain, stamp
 from ._raw import RawRun
 
-__all__ = ["Script", "ScriptedSupervisor", "pytest_run", "raw_run", "scripted_observer", "snippet_run"]
+__all__ = [
+    "Script",
+    "ScriptedSupervisor",
+    "ServeProcess",
+    "pytest_run",
+    "raw_run",
+    "scripted_observer",
+    "snippet_run",
+]
 
 #: One scripted run: what the supervisor returns, or how to make it from the run's
 #: invocation and the instructions the driver would have read.
@@ -209,3 +224,67 @@ def scripted_observer(supervisor: ScriptedSupervisor, options: Options | None = 
     tool = _running_toolchain()
     observer.warm.toolchains._known[tool.path] = tool
     return observer
+
+
+class ServeProcess:
+    """``aexec serve --port 0 --no-cache`` with ``flags``, run by this interpreter: its
+    ``url`` once it listens, and ``lines``, what it wrote to stderr. One that does not
+    start within ``start_timeout`` seconds raises `RuntimeError` with those lines. Leaving
+    ``with`` stops it (SIGTERM; a kill if it has not exited within 60 s)."""
+
+    def __init__(self, *flags: str, env: Mapping[str, str] | None = None, start_timeout: float = 60) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aexec", "serve", "--port", "0", "--no-cache", *flags],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.url = ""
+        self.lines: list[str] = []
+        ready = threading.Event()
+
+        def drain() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                if "listening on " in line and not self.url:
+                    self.url = line.split("listening on ", 1)[1].split()[0]
+                    ready.set()
+            ready.set()
+
+        self.reader = threading.Thread(target=drain, daemon=True)
+        self.reader.start()
+        ready.wait(start_timeout)
+        if not self.url:
+            self.__exit__()
+            raise RuntimeError(f"aexec serve did not start: {''.join(self.lines)}")
+
+    def metrics(self) -> dict[str, Any]:
+        """``GET /metrics``."""
+        import httpx
+
+        return dict(httpx.get(f"{self.url}/metrics", timeout=10).json())
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then its exit status (`subprocess.TimeoutExpired` past ``timeout``)."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        """Its exit status, once it has exited and its stderr is read to the end."""
+        rc = self.proc.wait(timeout)
+        self.reader.join(10)
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        return rc
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.wait(60)
