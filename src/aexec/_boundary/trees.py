@@ -192,9 +192,10 @@ def snapshot(root: str, cap: int = SNAPSHOT_CAP) -> dict[str, tuple[int, int]]:
     """(size, mtime_ns) of every file under a scratch root, the private dir excluded; at
     most ``cap`` files (a cut snapshot holds `SNAPSHOT_CUT` as a key)."""
     out: dict[str, tuple[int, int]] = {}
+    cut = len(os.path.join(root, ""))  # every path `_scan` yields is ``root`` joined: no relpath
     try:
         for path, st in _scan(root, cap):
-            rel = os.path.relpath(path, root)
+            rel = path[cut:]
             if not rel.startswith(".aexec" + os.sep):
                 out[rel] = (st.st_size, st.st_mtime_ns)
     except TreeTooLarge:
