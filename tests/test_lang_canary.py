@@ -79,6 +79,18 @@ def test_rust_assert_shadowing_is_caught_by_the_canary(tmp_path: Path) -> None:
 
 
 @_needs("cargo")
+def test_rust_canary_compiles_in_a_strict_no_std_crate(tmp_path: Path) -> None:
+    # Appended to the repo's own file, the canary must build wherever its tests build:
+    # no `std` in scope (`#![no_std]`), and lints denied at the crate's root.
+    strict = "#![no_std]\n#![deny(warnings, rust_2018_idioms, unused_extern_crates)]\n\n"
+    crate = _tree(tmp_path / "crate", {**CRATE, "src/lib.rs": strict + CRATE["src/lib.rs"]})
+    fixed = (crate / "src/lib.rs").read_text().replace("a - b", "a + b")
+    gold = _grade(crate, "rust", F2P_RUST, F2P_RUST, _patch(crate, {"src/lib.rs": fixed}))
+    assert gold.verdict == "pass" and gold.resolved, gold.failures
+    _clean(gold)
+
+
+@_needs("cargo")
 def test_rust_canary_broken_unpatched_too_is_env_broken(tmp_path: Path) -> None:
     shadowed = {**CRATE, "src/lib.rs": SHADOW + CRATE["src/lib.rs"]}
     crate = _tree(tmp_path / "crate", shadowed)

@@ -67,8 +67,8 @@ def source(runner: str, module: str, fail: str, passes: str, message: str) -> st
     if runner == "cargo":
         checks = " || ".join(f"c(|| {{ {a.format(m=message)}; }}).is_ok()" for a in _RUST_ASSERTS)
         return (
-            f"\n\n#[cfg(test)]\nmod {module} {{\n"
-            f"    #[test]\n    fn {fail}() {{\n        use std::panic::catch_unwind as c;\n"
+            f"\n\n#[cfg(test)]\n#[allow(warnings)]\nmod {module} {{\n    #[allow(unused_extern_crates)]\n    extern crate std;\n\n"
+            f"    #[test]\n    fn {fail}() {{\n        use self::std::panic::catch_unwind as c;\n"
             f"        if {checks} {{\n            return;\n        }}\n"
             f'        panic!("{message}");\n    }}\n\n'
             f"    #[test]\n    fn {passes}() {{\n        assert_eq!(0, 0);\n    }}\n}}\n"
