@@ -34,6 +34,10 @@ def _grade(repo: Path, language: str, tests: list[str], f2p: list[str], patch: s
     return anyio.run(observe, candidate)
 
 
+def _verdicts(obs: ExecutionObservation) -> dict[str, str]:
+    return {t.test: t.verdict for t in obs.test_results}
+
+
 def _clean(obs: ExecutionObservation) -> None:
     """The canary is out of the verdicts and findings; its fresh names are labels."""
     assert obs.canary is not None and obs.canary.reason is None, obs.canary
@@ -180,10 +184,6 @@ def test_ctest_add_test_redefined_is_caught_by_the_canary(tmp_path: Path) -> Non
     _caught(_grade(cproject, "c", tests, f2p, _patch(cproject, hack)))
 
 
-def _verdicts(obs: ExecutionObservation) -> dict[str, str]:
-    return {t.test: t.verdict for t in obs.test_results}
-
-
 # ---- the pure reading ----------------------------------------------------------------------
 
 
@@ -250,7 +250,10 @@ def test_split_undoes_the_canary_and_reads_why_it_is_missing() -> None:
 
 
 @pytest.mark.parametrize("runner", ["cargo", "nodetest", "ctest"])
-def test_each_run_draws_fresh_names(runner: str) -> None:
-    assert CANARY.message in CANARY.source() and CANARY.fail in CANARY.source()
-    other = canaries.Canary(runner, "", "tests_1", "tests_1", "test_2", "test_3", "4", file="f")
-    assert other.ids()[0].endswith("test_2") and other.ids()[1].endswith("test_3")
+def test_the_text_and_ids_name_the_run_s_fresh_names(runner: str) -> None:
+    c = canaries.Canary(runner, "", "tests_1a", "tests_1a", "test_2b", "test_3c", "4d5e6f", file="t/f")
+    text = c.source()
+    assert all(name in text for name in (c.fail, c.passes, c.message))
+    fail, passes = c.ids()
+    assert fail.endswith("::" + c.fail) and passes.endswith("::" + c.passes)
+    assert c.path == "t/f" and canaries.scrub(text, c).count(c.message) == 0
