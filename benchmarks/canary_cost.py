@@ -2,10 +2,12 @@
 """What the canary costs a graded run (issue 44): wall time per observation, and the
 run's own duration, for a small pytest project and Django's ``utils_tests.test_text``.
 
-    python benchmarks/canary_cost.py [--rounds N] [--django DIR --django-python PY]
+    python benchmarks/canary_cost.py [--rounds N] [--django DIR --django-python PY] [--suites]
 
 Each round observes one graded ``run_suite`` (a gold patch: its run, and the confirming
-re-run of its pass; the before-run is shared) in a call of its own, with no cache.
+re-run of its pass; the before-run is shared) in a call of its own, with no cache;
+``--suites`` adds a 20-test crate (cargo), node project (``node --test``) and CMake
+project (CTest) with their gold patches.
 Run it with this tree's aexec and, for the "before", with another's on ``PYTHONPATH``
 (``PYTHONPATH=/work/main/src python benchmarks/canary_cost.py``): it prints which one ran.
 """
@@ -54,6 +56,67 @@ def pytest_case(root: Path) -> Candidate:
     )
 
 
+#: The language suites (``--suites``): a crate, a node project, a CMake project, each with
+#: a failing test its gold patch repairs (as tests/test_languages_suite.py's).
+SUITES = {
+    "rust": (
+        {
+            "Cargo.toml": '[package]\nname = "demo"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/lib.rs": "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n\n#[cfg(test)]\nmod tests {\n"
+            + "".join(
+                f"    #[test]\n    fn t{i}() {{\n        assert_eq!(super::add({i}, 1), {i + 1});\n    }}\n"
+                for i in range(20)
+            )
+            + "}\n",
+        },
+        "src/lib.rs",
+        ["src/lib.rs::tests"],
+        "src/lib.rs::tests::t1",
+    ),
+    "javascript": (
+        {
+            "lib/math.js": "exports.add = (a, b) => a - b;\n",
+            "test/math.test.js": "const test = require('node:test');\nconst assert = require('node:assert');\n"
+            + "const { add } = require('../lib/math.js');\n"
+            + "".join(f"test('t{i}', () => assert.strictEqual(add({i}, 1), {i + 1}));\n" for i in range(20)),
+        },
+        "lib/math.js",
+        ["test/math.test.js"],
+        "test/math.test.js::t1",
+    ),
+    "c": (
+        {
+            "CMakeLists.txt": "cmake_minimum_required(VERSION 3.16)\nproject(demo C)\nenable_testing()\n"
+            + "add_executable(t t.c add.c)\n"
+            + "".join(f"add_test(NAME t{i} COMMAND t {i})\n" for i in range(20)),
+            "add.c": "int add(int a, int b) { return a - b; }\n",
+            "t.c": "#include <stdlib.h>\nint add(int, int);\n"
+            + "int main(int c, char **v) { int i = atoi(v[1]); return add(i, 1) != i + 1; }\n",
+        },
+        "add.c",
+        ["CMakeLists.txt"],
+        "CMakeLists.txt::t1",
+    ),
+}
+
+
+def suite_case(root: Path, language: str) -> Candidate:
+    files, source, tests, f2p = SUITES[language]
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    old = files[source]
+    return Candidate(
+        "run_suite",
+        "patch",
+        repo=str(root),
+        language=language,  # type: ignore[arg-type]
+        patch=diff(source, old, old.replace("a - b", "a + b")),
+        tests=tests,
+        fail_to_pass=[f2p],
+    )
+
+
 def django_case(repo: str, python: str) -> Candidate:
     text = Path(repo, "django/utils/text.py").read_text()
     same = text.replace(
@@ -89,10 +152,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--django", help="a Django checkout (its tests/ with runtests.py)")
     ap.add_argument("--django-python", help="an interpreter with Django's dependencies")
+    ap.add_argument("--suites", action="store_true", help="also cargo, node --test and CTest (20 tests each)")
+    ap.add_argument("--no-pytest", action="store_true", help="skip the pytest project")
     args = ap.parse_args()
     print(f"aexec from {Path(aexec.__file__).parent}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
-        cases = {"pytest (20 tests)": pytest_case(Path(tmp) / "calc")}
+        cases = {} if args.no_pytest else {"pytest (20 tests)": pytest_case(Path(tmp) / "calc")}
+        if args.suites:
+            for lang in SUITES:
+                cases[f"{lang} suite (20 tests)"] = suite_case(Path(tmp) / lang, lang)
         if args.django and args.django_python:
             cases["django utils_tests.test_text"] = django_case(args.django, args.django_python)
         for name, cand in cases.items():

@@ -73,7 +73,8 @@ class ScriptedSupervisor:
     A graded run's canary (docs/oracle.md) is played as a healthy one in every run the
     runner finished (an ``end`` record): its must-fail test failed with its message, its
     must-pass test passed, and pytest's exit status is what that failure makes it.
-    ``canary=False`` plays none (the canary missing: a run to judge as tampered).
+    ``canary=False`` plays none (the canary missing: a run to judge as tampered); nor is a
+    language suite's played (docs/oracle.md).
     """
 
     def __init__(self, *runs: Script, then: Script | None = None, canary: bool = True) -> None:
@@ -95,7 +96,9 @@ class ScriptedSupervisor:
             raise AssertionError(f"ScriptedSupervisor: run {len(self.invocations)} was not scripted")
         raw = script if isinstance(script, RawRun) else script(invocation, instructions)
         file = instructions.get("canary")
-        return _with_canary(raw, invocation.cwd, file) if self._canary and file else raw
+        return (
+            _with_canary(raw, invocation.cwd, file) if self._canary and file and file.endswith(".py") else raw
+        )
 
 
 def _with_canary(raw: RawRun, cwd: str, file: str) -> RawRun:

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "2 pure stages",
         [
             "_languages._common",
+            "_languages.canary",
             "_languages.suite",
             "_languages._language",
             "_languages.cfamily",

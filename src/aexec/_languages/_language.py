@@ -23,6 +23,7 @@ from ._common import (
     StepOutput,
     first_line,
 )
+from .canary import SuiteCanary
 from .suite import Suite
 
 #: Files aexec writes beside the source start with this (hooks, evidence, scripts).
@@ -170,12 +171,13 @@ class Language:
         ram_mib: int | None = None,
         home: str | None = None,
         tests: Sequence[str] | None = None,
+        canary: SuiteCanary | None = None,
     ) -> tuple[Step, ...]:
         """The steps the pipeline runs: `steps`, with a ``run_entry`` reading its census
         after the program; for ``run_suite``, the suite's steps (``scratch`` is the repo's
-        view, ``home`` the scratch home)."""
+        view, ``home`` the scratch home), with the run's ``canary``."""
         if request_type == "run_suite":
-            return self.runner().steps(scratch, home or scratch, tests, tools=tools)
+            return self.runner().steps(scratch, home or scratch, tests, tools=tools, canary=canary)
         planned = self.steps(request_type, scratch, tools=tools, ram_mib=ram_mib)
         census = self.census
         if census is not None and request_type == "run_entry":

@@ -43,6 +43,7 @@ from ._common import (
     loc,
     tool,
 )
+from .canary import SuiteCanary
 from .suite import Suite, SuiteEvidence, SuiteVerdict, is_test_file, selected, split
 
 #: Under the scratch home: Cargo's home and its target directory (aexec's own files).
@@ -54,7 +55,7 @@ TARGET_DIR: Final = ".aexec_target"
 _TARGET_FLAG: Final = {"tests": "--test", "src/bin": "--bin", "examples": "--example", "benches": "--bench"}
 
 
-def _target(path: str) -> tuple[str, ...] | None:
+def target_of(path: str) -> tuple[str, ...] | None:
     """Cargo's flag for the target whose root source is ``path``; None if not a root."""
     if path == "src/lib.rs":
         return ("--lib",)
@@ -73,7 +74,7 @@ def targets(tests: Sequence[str] | None) -> tuple[str, ...]:
     never ``--test a b`` (a bare ``b`` after the targets is libtest's name filter)."""
     found: list[tuple[str, ...]] = []
     for sel in tests or ():
-        target = _target(split(sel)[0])
+        target = target_of(split(sel)[0])
         if target is None:
             return ("--tests",)
         found.append(target)
@@ -89,7 +90,11 @@ def filters(tests: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def steps(
-    work: str, home: str, tests: Sequence[str] | None, tools: Mapping[str, str] | None
+    work: str,
+    home: str,
+    tests: Sequence[str] | None,
+    tools: Mapping[str, str] | None,
+    canary: SuiteCanary | None = None,
 ) -> tuple[Step, ...]:
     cargo = tool(tools, "cargo")
     env = (
@@ -116,7 +121,7 @@ def steps(
         "--",
         "--color",
         "never",
-        *filters(tests),
+        *filters((*(tests or ()), *(canary.tests if canary else ()))),
     )
     return build, Step(RUN_STEP, run_argv, work, env)
 

@@ -1,21 +1,20 @@
 """A C or C++ project's test suite with CMake and CTest: the steps, the pure parser.
 
-Three steps, the build tree under the scratch home (`BUILD_DIR`, aexec's own):
+The steps, the build tree under the scratch home (`BUILD_DIR`, aexec's own):
 
-* ``configure``: ``cmake -S <repo> -B <build> -DCMAKE_BUILD_TYPE=Debug`` — read by
-  CMake's ``CMake Error at <file>:<line> (<command>):`` convention;
-* ``build``: ``cmake --build <build>`` — GCC's documented text diagnostics
-  (``<file>:<line>:<col>: error: <message> [-Werror=…]``) classed by the same rules as a
-  snippet's JSON diagnostics (`cfamily`), and GNU ld's convention for a link error;
+* ``configure``: ``cmake -S <repo> -B <build> -DCMAKE_BUILD_TYPE=Debug`` — CMake's
+  ``CMake Error at <file>:<line> (<command>):``; ``build``: ``cmake --build <build>`` —
+  GCC's text diagnostics (``<file>:<line>:<col>: error: <message> [-Werror=…]``) classed
+  as a snippet's JSON ones (`cfamily`), and GNU ld's convention for a link error;
 * ``run``: ``ctest --test-dir <build> --output-junit <file>`` (CMake ≥ 3.21), with the
   selection as an anchored ``-R`` regex: CTest's JUnit XML gives each test's status
   (``run``, ``fail``, ``notrun``, ``disabled``) and its output; ctest's own
   ``Test #n: name ....***Failed`` line says how it failed (``Failed``: a non-zero exit;
   ``Subprocess aborted``, ``SEGFAULT``, ``Exception``: a crash; ``Timeout``).
 
-A failed test is ``assertion`` when it failed by its exit status or by glibc's
-``assert`` (with its ``file:line``), ``runtime`` when it crashed or threw, ``timeout``
-when CTest's own per-test timeout ended it. Test ids are ``CMakeLists.txt::<name>``.
+A failed test is ``assertion`` by its exit status or glibc's ``assert`` (``file:line``),
+``runtime`` when it crashed or threw, ``timeout`` by CTest's own per-test timeout. Test
+ids are ``CMakeLists.txt::<name>``. A ``canary`` step registers a graded run's canary.
 
 When the selection names CTest ids, the tamper guard needs what those tests are built
 from: configure then also writes CMake's file-API query (``-C`` `INIT_FILE`), and a
@@ -52,6 +51,7 @@ from ._common import (
     loc,
     tool,
 )
+from .canary import SuiteCanary, ctest_step
 from .cfamily import CFamily
 from .suite import Suite, SuiteEvidence, SuiteVerdict, selected, selects_ids, split
 
@@ -117,7 +117,11 @@ def regex(tests: Sequence[str]) -> str | None:
 
 
 def steps(
-    work: str, home: str, tests: Sequence[str] | None, tools: Mapping[str, str] | None
+    work: str,
+    home: str,
+    tests: Sequence[str] | None,
+    tools: Mapping[str, str] | None,
+    canary: SuiteCanary | None = None,
 ) -> tuple[Step, ...]:
     build = posixpath.join(home, BUILD_DIR)
     junit = posixpath.join(home, JUNIT_FILE)
@@ -134,17 +138,11 @@ def steps(
     if gather:
         found = posixpath.join(home, SOURCES_FILE)
         source_re = _CMAKE_SPECIAL.sub(r"\\\1", work.rstrip("/") + "/")
-        script = (
-            cmake,
-            f"-DBUILD={build}",
-            f"-DCTEST={ctest}",
-            f"-DOUT={found}",
-            f"-DSOURCE_RE={source_re}",
-            "-P",
-            posixpath.join(work, GATHER_FILE),
-        )
+        defs = (f"-DBUILD={build}", f"-DCTEST={ctest}", f"-DOUT={found}", f"-DSOURCE_RE={source_re}")
+        script = (cmake, *defs, "-P", posixpath.join(work, GATHER_FILE))
         planned.append(Step(GATHER_STEP, script, work, env, evidence_file=found))
-    chosen = regex(tests) if tests is not None else None
+    planned.extend(ctest_step(cmake, work, build, canary))  # after the gather: it lists the project's
+    chosen = regex((*tests, *(canary.tests if canary else ()))) if tests is not None else None
     argv = (ctest, "--test-dir", build, "--output-junit", junit, "--no-tests=ignore")
     planned.append(
         Step(RUN_STEP, (*argv, *(("-R", chosen) if chosen else ())), work, env, evidence_file=junit)

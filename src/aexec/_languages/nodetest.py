@@ -37,6 +37,7 @@ from ._common import (
     relative,
     tool,
 )
+from .canary import SuiteCanary
 from .suite import Suite, SuiteEvidence, SuiteVerdict, selected, split
 
 REPORTER_FILE: Final = ".aexec_node_reporter.mjs"
@@ -87,8 +88,13 @@ def files(tests: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def steps(
-    work: str, home: str, tests: Sequence[str] | None, tools: Mapping[str, str] | None
+    work: str,
+    home: str,
+    tests: Sequence[str] | None,
+    tools: Mapping[str, str] | None,
+    canary: SuiteCanary | None = None,
 ) -> tuple[Step, ...]:
+    """node's one step; the canary is in the first selected file, which node runs anyway."""
     if tests is not None and not tests:
         return ()  # an empty selection: nothing to run
     node = tool(tools, "node")

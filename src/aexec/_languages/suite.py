@@ -28,6 +28,7 @@ from typing import Literal
 import attrs
 
 from ._common import LanguageEvidence, Step, StepOutput
+from .canary import SuiteCanary
 
 SuiteVerdict = Literal["passed", "failed", "errored", "skipped"]
 
@@ -85,8 +86,11 @@ def is_test_file(patterns: Sequence[str], path: str) -> bool:
 
 # ---- the runner's object -------------------------------------------------------------------
 
-#: ``(work, home, tests, tools)`` → the steps: the repo's view, the scratch home, the selection.
-SuiteSteps = Callable[[str, str, Sequence[str] | None, Mapping[str, str] | None], tuple[Step, ...]]
+#: ``(work, home, tests, tools, canary)`` → the steps: the repo's view, the scratch home,
+#: the selection, the run's canary (`aexec._languages.canary`).
+SuiteSteps = Callable[
+    [str, str, Sequence[str] | None, Mapping[str, str] | None, SuiteCanary | None], tuple[Step, ...]
+]
 #: ``(outputs, work, tests, timeout_s)`` → what the steps showed.
 SuiteParse = Callable[[tuple[StepOutput, ...], str, Sequence[str] | None, float | None], SuiteEvidence]
 
@@ -120,11 +124,18 @@ class Suite:
     id_file: str | None = None
 
     def steps(
-        self, work: str, home: str, tests: Sequence[str] | None, *, tools: Mapping[str, str] | None = None
+        self,
+        work: str,
+        home: str,
+        tests: Sequence[str] | None,
+        *,
+        tools: Mapping[str, str] | None = None,
+        canary: SuiteCanary | None = None,
     ) -> tuple[Step, ...]:
         """The steps that run ``tests`` (None: the whole suite; empty: none) of the project in
-        ``work``; caches and build trees go under ``home`` (the scratch home)."""
-        return self._steps(work, home, tests, tools)
+        ``work``, and ``canary``'s tests with them; caches and build trees go under ``home``
+        (the scratch home)."""
+        return self._steps(work, home, tests, tools, canary)
 
     def parse(
         self,

@@ -3,9 +3,10 @@ fresh random names, and the test module written where the runner finds the repo'
 tests — beside the selection's first test file (pytest; sympy: its last), in its first
 label's package (unittest; Django: under ``tests/``).
 
-Only a Python ``run_suite`` with an explicit, non-empty selection gets one: the whole
-suite (no selection) is collected by the repo's own configuration (``testpaths``,
-discovery), which an argument more would change.
+A language suite's goes where `aexec._languages.canary` says (appended to the selection's
+first target or test file; CTest: a script of its own). Only a ``run_suite`` with an
+explicit, non-empty selection gets one: the whole suite (no selection) is collected by
+the repo's own configuration (``testpaths``, discovery), which an argument more would change.
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ import contextlib
 import os
 import secrets
 
+from .. import _languages as langs
 from .. import _runners as runners
-from .._boundary.trees import write_inside
-from .._stages.canary import Canary
+from .._boundary.trees import read_inside, write_inside
+from .._languages import cargo
+from .._languages.suite import split
+from .._stages.canary import SUITES, Canary
 from .session import Job
+
+#: The largest repo file a canary is appended to (a target's root source, a test file).
+MAX_APPEND_BYTES = 16 << 20
 
 
 def _token() -> str:
@@ -88,8 +95,10 @@ def place(job: Job, work: str) -> Canary | None:
     A canary that cannot be written is still returned (and reported ``missing``)."""
     c = job.candidate
     tests = c.tests
-    if c.language != "python" or c.request_type != "run_suite" or c.command or not tests:
+    if c.request_type != "run_suite" or c.command or not tests:
         return None
+    if c.language != "python":
+        return _place_suite(langs.language(c.language).runner().name, work, tests)
     if not runners.python_suite(job.runner):
         return None
     where = _directory(job.runner, work, tests)
@@ -111,8 +120,44 @@ def place(job: Job, work: str) -> Canary | None:
     return canary
 
 
+def _suite_file(runner: str, work: str, tests: tuple[str, ...], module: str) -> str | None:
+    """The repo's file a language suite's canary is appended to: the root source of the
+    selection's first target (cargo: ``src/lib.rs`` when that is no target's), the first
+    selected file (node); None when there is none. CTest's is a script of its own."""
+    first = split(tests[0])[0]
+    if runner == "ctest":
+        return module + ".cmake"
+    if runner == "cargo" and cargo.target_of(first) is None:
+        first = next((f for f in ("src/lib.rs", "src/main.rs") if os.path.isfile(os.path.join(work, f))), "")
+    path = os.path.join(work, first)
+    return first if first and os.path.isfile(path) and not os.path.islink(path) else None
+
+
+def _place_suite(runner: str, work: str, tests: tuple[str, ...]) -> Canary | None:
+    module = f"tests_{_token()}"
+    file = _suite_file(runner, work, tests, module)
+    if file is None:
+        return None
+    canary = Canary(
+        runner=runner,
+        directory=os.path.dirname(file),
+        module=module,
+        cls=module,
+        fail=f"test_{_token()}",
+        passes=f"test_{_token()}",
+        message=_token() + _token(),
+        file=file,
+    )
+    old = b"" if runner == "ctest" else read_inside(work, file, MAX_APPEND_BYTES)
+    if old is not None:  # too big to read back: no canary runs, and that shows
+        with contextlib.suppress(OSError):
+            write_inside(work, file, old + canary.source().encode())
+    return canary
+
+
 def canary_args(work: str, canary: Canary | None) -> tuple[str, ...]:
-    """The canary's argument for the runner, if its file is in the view."""
+    """The canary's argument for the runner (a language suite's: its test ids), if its
+    file is in the view."""
     if canary is None or not os.path.isfile(os.path.join(work, canary.path)):
         return ()
-    return (canary.arg(),)
+    return canary.ids() if canary.runner in SUITES else (canary.arg(),)

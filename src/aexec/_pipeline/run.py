@@ -313,7 +313,7 @@ def collect(job: Job, prep: Prepared, raw: RawRun) -> Outcome:
             cwd=scratch.work,
             timeout_s=env.timeout_s,
             request_type=c.request_type,
-            tests=c.tests,
+            tests=c.tests if c.tests is None or prep.canary is None else (*c.tests, *prep.canary.ids()),
         )
     else:
         evidence = parse(raw, job.runner, cwd=scratch.work, snippet=prep.snippet)

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 
 import attrs
 
+from .._languages import LanguageEvidence
+from .._languages import canary as lang_canary
 from .._records import CanaryReport
 from .parse import Evidence
 
@@ -35,6 +37,8 @@ MACHINERY: dict[str, tuple[str, ...]] = {
 }
 
 _FAILED: frozenset[str] = frozenset({"failed", "errored"})
+#: The language suites that get a canary (`aexec._languages.canary`).
+SUITES: frozenset[str] = frozenset(lang_canary.FAILED_EXIT)
 
 
 @attrs.frozen
@@ -52,10 +56,13 @@ class Canary:
     message: str
     #: The dotted package of ``directory`` as the runner imports it (unittest, Django).
     package: str = ""
+    #: A language suite's (`SUITES`): the file its tests are written in (cargo, node:
+    #: appended to the repo's own; CTest: its script).
+    file: str = ""
 
     @property
     def path(self) -> str:
-        return posixpath.join(self.directory, self.module + ".py")
+        return self.file or posixpath.join(self.directory, self.module + ".py")
 
     def arg(self) -> str:
         """What is appended to the runner's selection: a path, or a module label."""
@@ -63,9 +70,15 @@ class Canary:
             return f"{self.package}.{self.module}" if self.package else self.module
         return self.path
 
+    def ids(self) -> tuple[str, ...]:
+        """A language suite's canary tests, as its parser names them (must-fail first)."""
+        return lang_canary.ids(self.runner, self.file, self.module, self.fail, self.passes)
+
     def source(self) -> str:
         """The test module, in the runner's own idiom (Django: a ``SimpleTestCase``,
-        whose ``__call__`` is Django's own machinery)."""
+        whose ``__call__`` is Django's own machinery); a language suite's text."""
+        if self.runner in SUITES:
+            return lang_canary.source(self.runner, self.module, self.fail, self.passes, self.message)
         fail = f"assert False, {self.message!r}"
         if self.runner in ("pytest", "sympy"):
             return f"def {self.fail}():\n    {fail}\n\n\ndef {self.passes}():\n    pass\n"
@@ -126,6 +139,8 @@ def split(ev: Evidence, canary: Canary | None) -> tuple[Evidence, CanaryReport |
     the must-fail test alone caused (1) is undone: pytest's 5 when nothing else ran."""
     if canary is None:
         return ev, None
+    if ev.lang is not None:
+        return _split_suite(ev, ev.lang, canary)
     tests = tuple(t for t in ev.tests if not canary.owns(t.nodeid))
     errors = tuple(e for e in ev.errors if not canary.owns(e.nodeid))
     fail, passed = _verdict(ev, canary, canary.fail), _verdict(ev, canary, canary.passes)
@@ -158,6 +173,41 @@ def split(ev: Evidence, canary: Canary | None) -> tuple[Evidence, CanaryReport |
         ev, tests=tests, errors=errors, exit_code=exit_code, pytest_exit=pytest_exit, in_flight=in_flight
     )
     return out, report
+
+
+def _split_suite(ev: Evidence, lang: LanguageEvidence, canary: Canary) -> tuple[Evidence, CanaryReport]:
+    """`split` for a language suite: its findings too. A canary not reached is no sign when
+    the run was cut, a step before the tests failed, a finding names no reported test (a
+    crashed test binary, an exit nothing explains), or the canary's own file errored."""
+    tests = tuple(t for t in ev.tests if not canary.owns(t.nodeid))
+    mine = [f for f in lang.findings if canary.owns(f.message)]
+    found = tuple(f for f in lang.findings if not canary.owns(f.message))
+    fail, passed = _verdict(ev, canary, canary.fail), _verdict(ev, canary, canary.passes)
+    named = tuple(t.nodeid + ":" for t in tests)
+    stopped = (
+        ev.timed_out
+        or ev.oom_killed
+        or ev.signal is not None
+        or not lang.compiled
+        or any(not f.message.startswith(named) for f in found)
+        or any(t.nodeid == canary.path and t.verdict == "errored" for t in tests)
+    )
+    report = CanaryReport(
+        file=scrub(canary.path, canary),
+        fail_test=scrub(canary.fail, canary),
+        fail=fail,
+        pass_test=scrub(canary.passes, canary),
+        passed=passed,
+        message_seen=any(canary.message in f.message + (f.exception or "") for f in mine),
+        stopped=stopped,
+    )
+    exit_code = ev.exit_code
+    alone = not found and not any(t.verdict in _FAILED for t in tests)
+    if fail in _FAILED and alone and not stopped and exit_code == lang_canary.FAILED_EXIT[canary.runner]:
+        exit_code = 0  # the must-fail test's failure alone made the runner's status
+    exception = next((f.exception for f in found if f.exception), None)
+    lang = attrs.evolve(lang, findings=found, exception=exception, exit_code=exit_code)
+    return attrs.evolve(ev, tests=tests, exit_code=exit_code, lang=lang), report
 
 
 def misbehaved(report: CanaryReport | None) -> str | None:

@@ -16,6 +16,7 @@ import attrs
 from .. import _languages as langs
 from .. import _runners as runners
 from .._driver.wire import REPO_VIEW, Box, Instructions, Runner, StepSpec
+from .._languages.canary import SuiteCanary
 from .._records import Environment
 from .policy import Limits, limits
 
@@ -106,7 +107,7 @@ class RunFacts:
     #: What finds the environment's Debian packages (`candidate_env`'s ``system``).
     system: tuple[tuple[str, str], ...] = ()
     #: The canary's argument (`aexec._stages.canary.Canary.arg`), after the selection,
-    #: and its file (repo-relative).
+    #: and its file (repo-relative); a language suite's: its test ids (`Canary.ids`).
     canary: tuple[str, ...] = ()
     canary_file: str | None = None
 
@@ -289,6 +290,7 @@ def lang_steps(
         ram_mib=env.ram_cap_mib,
         home=facts.scratch.home,
         tests=facts.tests,
+        canary=SuiteCanary(facts.canary_file, facts.canary) if facts.canary and facts.canary_file else None,
     )
     # A suite's runner (cargo, node --test, ctest) starts compilers, test binaries and
     # runtimes alike: every step is a build tool's, the memory cgroup holds the line.
