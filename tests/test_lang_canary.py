@@ -257,3 +257,15 @@ def test_the_text_and_ids_name_the_run_s_fresh_names(runner: str) -> None:
     fail, passes = c.ids()
     assert fail.endswith("::" + c.fail) and passes.endswith("::" + c.passes)
     assert c.path == "t/f" and canaries.scrub(text, c).count(c.message) == 0
+
+
+def test_a_node_without_get_builtin_module_gets_no_canary() -> None:
+    """node's canary takes its modules with ``process.getBuiltinModule``: on a node without
+    it the appended block would throw at the end of the repo's own test file, so such a
+    node's run gets no canary (as before it had one) rather than a broken file."""
+    from aexec._languages.canary import runs_on
+
+    assert [runs_on("nodetest", v) for v in ("v18.20.4", "v20.15.1", "v21.7.3", "v22.2.0")] == [False] * 4
+    assert [runs_on("nodetest", v) for v in ("v20.16.0", "v20.20.2", "v22.3.0", "v24.1.0")] == [True] * 4
+    assert not runs_on("nodetest", "node: not a version")
+    assert runs_on("cargo", "cargo 1.95.0") and runs_on("ctest", "ctest version 3.25.1")

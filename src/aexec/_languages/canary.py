@@ -17,6 +17,7 @@ through the machinery the repo's own selected tests go through:
 from __future__ import annotations
 
 import posixpath
+import re
 from typing import Final
 
 import attrs
@@ -93,6 +94,19 @@ def source(runner: str, module: str, fail: str, passes: str, message: str) -> st
         f'  message(STATUS "{message}")\n  message(FATAL_ERROR "{message}")\n'
         "endif()\n"
     )
+
+
+def runs_on(runner: str, version: str) -> bool:
+    """Can this toolchain (its version line) run the runner's canary? node's takes its
+    modules with ``process.getBuiltinModule`` (node 20.16+ and 22.3+; a file may be an ES
+    module, where ``require`` is not defined): an older node's run gets no canary."""
+    if runner != "nodetest":
+        return True
+    m = re.search(r"(\d+)\.(\d+)", version)
+    if m is None:
+        return False
+    major, minor = int(m[1]), int(m[2])
+    return major >= 23 or (major, minor) >= (22, 3) or (major == 20 and minor >= 16)
 
 
 def ctest_step(cmake: str, work: str, build: str, canary: SuiteCanary | None) -> tuple[Step, ...]:

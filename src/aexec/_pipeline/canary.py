@@ -18,6 +18,7 @@ import secrets
 from .. import _languages as langs
 from .. import _runners as runners
 from .._boundary.trees import read_inside, write_inside
+from .._languages import canary as lang_canary
 from .._languages import cargo
 from .._languages.suite import split
 from .._stages.canary import SUITES, Canary
@@ -98,7 +99,10 @@ def place(job: Job, work: str) -> Canary | None:
     if c.request_type != "run_suite" or c.command or not tests:
         return None
     if c.language != "python":
-        return _place_suite(langs.language(c.language).runner().name, work, tests)
+        runner = langs.language(c.language).runner().name
+        if job.lang is None or not lang_canary.runs_on(runner, job.lang.version):
+            return None
+        return _place_suite(runner, work, tests)
     if not runners.python_suite(job.runner):
         return None
     where = _directory(job.runner, work, tests)
