@@ -4,6 +4,7 @@ tree's CPU per run against another checkout (Linux, root: the whole boundary on)
 
     python benchmarks/run_steps.py steps [N]              per-step CPU, this checkout
     python benchmarks/run_steps.py ab OTHER_SRC [N] [ROUNDS]
+    python benchmarks/run_steps.py snapshot ROOT [ROUNDS]  a snapshot's walk, relpath against not
 
 ``steps``: N trivial snippets (``x = i``) through one ``observe_many``, default options.
 
@@ -351,12 +352,41 @@ def ab(other: str, n: int, rounds: int) -> None:
     )
 
 
+def snapshot_cost(root: str, rounds: int) -> None:
+    """`trees.snapshot` of ``root`` (a run's scratch root holds the repo's copy) against
+    the same walk keyed with ``os.path.relpath`` (main's before issue 42), alternating:
+    median CPU (this thread) of each."""
+    from aexec._boundary import trees
+
+    def with_relpath(root: str) -> dict[str, tuple[int, int]]:
+        out = {}
+        for path, st in trees._scan(root, trees.SNAPSHOT_CAP):
+            rel = os.path.relpath(path, root)
+            if not rel.startswith(".aexec" + os.sep):
+                out[rel] = (st.st_size, st.st_mtime_ns)
+        return out
+
+    times: dict[str, list[float]] = {"relpath": [], "relative_to": []}
+    for _ in range(rounds):
+        for name, f in (("relpath", with_relpath), ("relative_to", trees.snapshot)):
+            t0 = time.thread_time()
+            got = f(root)
+            times[name].append(time.thread_time() - t0)
+        assert got == with_relpath(root)
+    files = len(got)
+    print(f"load average {os.getloadavg()}; {root}: {files} files, {rounds} rounds")
+    for name, ts in times.items():
+        print(f"{name}: {1000 * statistics.median(ts):.2f} ms CPU per snapshot (median)")
+
+
 if __name__ == "__main__":
     cmd, *rest = sys.argv[1:]
     if cmd == "steps":
         steps(int(rest[0]) if rest else 500)
     elif cmd == "steps-worker":
         steps_worker(int(rest[0]))
+    elif cmd == "snapshot":
+        snapshot_cost(rest[0], int(rest[1]) if len(rest) > 1 else 20)
     elif cmd == "ab":
         ab(rest[0], int(rest[1]) if len(rest) > 1 else 400, int(rest[2]) if len(rest) > 2 else 6)
     else:
