@@ -3,7 +3,7 @@
 tree's CPU per run against another checkout (Linux, root: the whole boundary on).
 
     python benchmarks/run_steps.py steps [N]              per-step CPU, this checkout
-    python benchmarks/run_steps.py ab OTHER_SRC [N] [ROUNDS]
+    python benchmarks/run_steps.py ab THIS_SRC OTHER_SRC [N] [ROUNDS]
     python benchmarks/run_steps.py snapshot ROOT [ROUNDS]  a snapshot's walk, relpath against not
 
 ``steps``: N trivial snippets (``x = i``) through one ``observe_many``, default options.
@@ -21,9 +21,11 @@ tree's CPU per run against another checkout (Linux, root: the whole boundary on)
   process's CPU at its ``os._exit``.
 
 ``ab``: ROUNDS rounds of ``peers.py --boundary-worker "whole boundary" N`` (aexec, its
-fork server and the runs: the process tree's CPU), this checkout's ``src`` and
-``OTHER_SRC`` alternating (``PYTHONPATH``); medians, and the paired difference per round.
-The load average is printed before and after: the machine is shared.
+fork server and the runs: the process tree's CPU), ``THIS_SRC`` and ``OTHER_SRC``
+alternating (``PYTHONPATH``); medians, and the paired difference per round. The load
+average is printed before and after: the machine is shared. Keep both copies of the
+source alike in where they lie: each is on the runs' sys.path, so in their view, and one
+under /tmp (a tmp target) costs each run's init binds of its own (`view._place_late`).
 """
 
 from __future__ import annotations
@@ -312,9 +314,9 @@ def steps_worker(n: int) -> None:
     print(json.dumps(anyio.run(go)))
 
 
-def ab(other: str, n: int, rounds: int) -> None:
+def ab(this: str, other: str, n: int, rounds: int) -> None:
     peers = ROOT / "benchmarks" / "peers.py"
-    sides = {"this": str(ROOT / "src"), "other": other}
+    sides = {"this": this, "other": other}
     got: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
     print(f"load average before {os.getloadavg()}")
     for r in range(rounds):
@@ -388,6 +390,6 @@ if __name__ == "__main__":
     elif cmd == "snapshot":
         snapshot_cost(rest[0], int(rest[1]) if len(rest) > 1 else 20)
     elif cmd == "ab":
-        ab(rest[0], int(rest[1]) if len(rest) > 1 else 400, int(rest[2]) if len(rest) > 2 else 6)
+        ab(rest[0], rest[1], int(rest[2]) if len(rest) > 2 else 400, int(rest[3]) if len(rest) > 3 else 6)
     else:
         raise SystemExit(__doc__)
