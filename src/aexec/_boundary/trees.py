@@ -88,6 +88,13 @@ def _scan(root: str, cap: int, skip: frozenset[str] = frozenset()) -> Iterator[t
         stack.extend(reversed(subdirs))
 
 
+def relative_to(root: str) -> Callable[[str], str]:
+    """``os.path.relpath(path, root)`` for what `_scan` yields under ``root``: its tail after
+    ``os.path.join(root, "")``, without relpath's two abspaths (~10 µs a file); else relpath."""
+    prefix = os.path.join(root, "")
+    return lambda path: path[len(prefix) :] if path.startswith(prefix) else os.path.relpath(path, root)
+
+
 def walk(root: str, cap: int = WALK_CAP) -> Iterator[str]:
     """Every regular file and symlink under ``root`` (symlinked dirs not entered), in name
     order, excluded names and bytecode left out; special files skipped."""
@@ -114,9 +121,9 @@ def read_regular(path: str, limit: int = -1) -> bytes | None:
 def hash_tree(root: str) -> str:
     """SHA-256 over every path and content of a tree (symlinks by their target)."""
     h = hashlib.sha256()
+    relative = relative_to(root)
     for path in walk(root):
-        rel = os.path.relpath(path, root)
-        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        h.update(relative(path).encode("utf-8", "surrogateescape") + b"\0")
         if os.path.islink(path):
             h.update(b"L" + os.readlink(path).encode("utf-8", "surrogateescape"))
         else:
@@ -128,10 +135,11 @@ def hash_tree(root: str) -> str:
 def python_sources(root: str) -> tuple[list[str], int]:
     """The regular ``.py`` files a view of ``root`` holds (repo-relative), and their size."""
     files, size = [], 0
+    relative = relative_to(root)
     for path in walk(root):
         st = os.lstat(path)
         if path.endswith(".py") and stat.S_ISREG(st.st_mode):
-            files.append(os.path.relpath(path, root))
+            files.append(relative(path))
             size += st.st_size
     return files, size
 
@@ -185,17 +193,17 @@ def texts_naming(root: str, words: Iterable[str]) -> Iterator[tuple[str, str]]:
             continue
         text = raw.decode("utf-8", "replace")
         if any(w in text for w in words):
-            yield os.path.relpath(path, root), text
+            yield relative_to(root)(path), text
 
 
 def snapshot(root: str, cap: int = SNAPSHOT_CAP) -> dict[str, tuple[int, int]]:
     """(size, mtime_ns) of every file under a scratch root, the private dir excluded; at
     most ``cap`` files (a cut snapshot holds `SNAPSHOT_CUT` as a key)."""
     out: dict[str, tuple[int, int]] = {}
-    cut = len(os.path.join(root, ""))  # every path `_scan` yields is ``root`` joined: no relpath
+    relative = relative_to(root)
     try:
         for path, st in _scan(root, cap):
-            rel = path[cut:]
+            rel = relative(path)
             if not rel.startswith(".aexec" + os.sep):
                 out[rel] = (st.st_size, st.st_mtime_ns)
     except TreeTooLarge:

@@ -165,10 +165,27 @@ def fork_candidate(spec: Instructions) -> int:
     os._exit(code)
 
 
+#: The fork server's sys.path, and what `leave_drivers_path` leaves of it (`keep_path`).
+_kept_path: tuple[list[str], list[str]] | None = None
+
+
+def keep_path() -> None:
+    """In the fork server, once it has imported all it serves with: its sys.path without
+    the driver's folder, made once for every run it forks (each child filtered it anew:
+    ~0.15 ms and ~35 copied pages per run)."""
+    global _kept_path
+    _kept_path = (list(sys.path), _without_driver(sys.path))
+
+
+def _without_driver(path: list[str]) -> list[str]:
+    return [p for p in path if p and os.path.abspath(p) != HERE]
+
+
 def leave_drivers_path(spec: Instructions) -> None:
     """The candidate's sys.path: the driver's folder off it, the run's import roots first."""
-    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != HERE]
-    sys.path[0:0] = spec["sys_path"]
+    kept = _kept_path
+    rest = kept[1] if kept is not None and sys.path == kept[0] else _without_driver(sys.path)
+    sys.path[:] = [*spec["sys_path"], *rest]
 
 
 def is_suite(spec: Instructions) -> bool:
@@ -181,7 +198,8 @@ def import_first_uses(spec: Instructions) -> None:
     `runners.FIRST_USE_IMPORTS`); a test runner's run imports what it imports."""
     if not is_suite(spec):
         for name in runners.FIRST_USE_IMPORTS:
-            __import__(name)
+            if name not in sys.modules:  # a fork server's child has them all
+                __import__(name)
 
 
 def handed_over(started: int) -> None:

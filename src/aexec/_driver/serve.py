@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import kernel, rewriting, runners, startup, template, wire
+from . import contain, kernel, rewriting, runners, startup, template, wire
 
 if TYPE_CHECKING:
     from .wire import Instructions, ServerReady, SpawnRequest
@@ -174,6 +174,7 @@ def serve(
     except BaseException as e:
         ctrl.send(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}).encode())
         os._exit(1)
+    contain.keep_path()
     send_ready(ctrl, how)
     # No gc.freeze(): a frozen heap hides the server's objects from gc.get_referrers
     # and gc.get_objects, so a forked run would not see the heap a cold one does

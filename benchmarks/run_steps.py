@@ -1,0 +1,395 @@
+#!/usr/bin/env python3
+"""Issue 42: where a warm trivial run's CPU goes, step by step, and A/B rounds of the whole
+tree's CPU per run against another checkout (Linux, root: the whole boundary on).
+
+    python benchmarks/run_steps.py steps [N]              per-step CPU, this checkout
+    python benchmarks/run_steps.py ab THIS_SRC OTHER_SRC [N] [ROUNDS]
+    python benchmarks/run_steps.py snapshot ROOT [ROUNDS]  a snapshot's walk, relpath against not
+
+``steps``: N trivial snippets (``x = i``) through one ``observe_many``, default options.
+
+* The library's side (this process): every step below is wrapped with
+  ``time.thread_time`` (CPU of the thread it runs in; nested steps are indented and
+  counted in their parent too). ``event loop, the rest`` is the main thread's CPU less
+  what the steps on it took: asyncio, anyio, the supervisor, assembly.
+* The boundary's side (the fork server, the run's init, the candidate): the server runs
+  a copy of this checkout whose driver has each step wrapped with
+  ``getrusage(RUSAGE_SELF)`` deltas (CPU and minor faults). The server's steps are
+  appended to a file; the init's and the candidate's go to the run's stderr, where the
+  observation brings them back. A step that forks is reported in the child too ("in the
+  child": its CPU from the fork to the step's return); "whole process" is each
+  process's CPU at its ``os._exit``.
+
+``ab``: ROUNDS rounds of ``peers.py --boundary-worker "whole boundary" N`` (aexec, its
+fork server and the runs: the process tree's CPU), ``THIS_SRC`` and ``OTHER_SRC``
+alternating (``PYTHONPATH``); medians, and the paired difference per round. The load
+average is printed before and after: the machine is shared. Keep both copies of the
+source alike in where they lie: each is on the runs' sys.path, so in their view, and one
+under /tmp (a tmp target) costs each run's init binds of its own (`view._place_late`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK = "@@step"
+
+#: Appended to the copy's ``_driver/main.py``: module attributes the driver calls through.
+DRIVER_PROBE = r"""
+# --- benchmarks/run_steps.py: per-step rusage (a benchmark's copy only) ---
+import resource as _res
+
+from . import kernel as _kernel, reporting as _reporting, view as _view, seccomp as _seccomp
+
+_SERVER = os.getpid()
+_ROLE = ["init"]
+_PENDING = ["", False]  # lines a forked child holds until its fd 2 is the run's
+_LOG = "@LOG@"  # the benchmark's file (the server's environment is the runs')
+_real_exit = os._exit
+
+
+def _usage():
+    r = _res.getrusage(_res.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_minflt
+
+
+def _emit(label, cpu, faults):
+    line = "%s %s %s %d %d\n" % (
+        "@@step", "server" if os.getpid() == _SERVER else _ROLE[0], label, int(cpu * 1e6), faults
+    )
+    if os.getpid() == _SERVER:
+        with open(_LOG, "a") as f:
+            f.write(line)
+    elif label.endswith("(child)") and not _PENDING[1]:  # before `become`: the server's fd 2
+        _PENDING[0] += line
+    else:
+        _PENDING[1] = True
+        try:
+            os.write(2, (_PENDING[0] + line).encode())
+        except OSError:
+            pass
+        _PENDING[0] = ""
+
+
+def _wrap(mod, name, label=None, child_role=None):
+    f = getattr(mod, name)
+    label = label or name
+
+    def wrapped(*a, **k):
+        pid, (c0, f0) = os.getpid(), _usage()
+        try:
+            return f(*a, **k)
+        finally:
+            c1, f1 = _usage()
+            if os.getpid() == pid:
+                _emit(label, c1 - c0, f1 - f0)
+            else:  # returned in a forked child: its usage since the fork
+                if child_role:
+                    _ROLE[0] = child_role
+                _emit(label + "(child)", c1, f1)
+
+    setattr(mod, name, wrapped)
+
+
+def _exit(code):
+    c, f = _usage()
+    _emit("whole-process", c, f)
+    _real_exit(code)
+
+
+os._exit = _exit
+for _mod, _name, _role in (
+    (serve, "_recv_fds", None), (serve, "boxed", None), (serve, "set_environ", None),
+    (serve, "become", None), (_kernel, "fork_init", "init"),
+    (contain, "die_with_supervisor", None), (_kernel, "enter_cgroups", None),
+    (_kernel, "name_host", None), (_view, "build_view", None),
+    (contain, "fork_candidate", "candidate"), (_view, "release_host", None),
+    (contain, "leave_drivers_path", None), (_kernel, "drop_privileges", None),
+    (_seccomp, "install", None), (runners, "feed_stdin", None), (_reporting, "Report", None),
+    (_kernel, "apply_limits", None), (contain, "import_first_uses", None),
+    (contain, "handed_over", None), (os, "fork", "candidate"), (os, "wait4", None),
+    (runners.RUNNERS, None, None),
+):
+    if _name is None:
+        _f = _mod["snippet"]
+
+        def _snippet(*a, _f=_f, **k):
+            c0, f0 = _usage()
+            try:
+                return _f(*a, **k)
+            finally:
+                c1, f1 = _usage()
+                _emit("runner(snippet)", c1 - c0, f1 - f0)
+
+        _mod["snippet"] = _snippet
+    else:
+        _wrap(_mod, _name, child_role=_role)
+_leave = leave
+
+
+def leave(code, ours):
+    c, f = _usage()
+    _emit("before-leave", c, f)
+    _leave(code, ours)
+"""
+
+#: Library steps: (module, attribute, label, parent label or None).
+LIBRARY_STEPS = [
+    ("aexec._pipeline.run", "prepare", "prepare (worker thread)", None),
+    ("aexec._pipeline.run", "make_scratch", "scratch root made", "prepare (worker thread)"),
+    ("aexec._pipeline.run", "make_view", "repo view / work dir", "prepare (worker thread)"),
+    ("aexec._pipeline.run", "write_private", "snippet file written", "prepare (worker thread)"),
+    ("aexec._pipeline.run", "place", "canary placed", "prepare (worker thread)"),
+    ("aexec._pipeline.invoke", "invocation", "invocation (spec, plan)", "prepare (worker thread)"),
+    ("aexec._pipeline.run", "seal_scratch", "scratch sealed (uid, quota)", "prepare (worker thread)"),
+    ("aexec._pipeline.run", "snapshot", "snapshot before", "prepare (worker thread)"),
+    ("aexec._pipeline.run", "collect", "collect (worker thread)", None),
+    ("aexec._pipeline.run", "remove_scratch", "scratch removed (worker thread)", None),
+    ("aexec._boundary.cgroups", "Cgroups.create", "cgroups created", None),
+    ("aexec._boundary.cgroups", "Cgroups.kill", "cgroups killed", None),
+    ("aexec._boundary.cgroups", "Cgroups.try_remove", "cgroups removed", None),
+    ("aexec._boundary.cgroups", "Cgroups.remove", "cgroups removed, waiting (thread)", None),
+    ("aexec._boundary.cgroups", "Cgroups.oom_killed", "OOM check", None),
+    ("aexec._boundary.cgroups", "Cgroups.cpu_demand_s", "admission's CPU reads", None),
+    ("aexec._boundary.supervise", "_read_report", "report read", None),
+]
+
+
+def _wrap_library(spent: dict[str, float], threads: dict[str, bool]) -> None:
+    import importlib
+    import threading
+
+    main = threading.main_thread()
+    for module, attr, label, _ in LIBRARY_STEPS:
+        mod = importlib.import_module(module)
+        owner: Any = mod
+        name = attr
+        if "." in attr:
+            cls, name = attr.split(".")
+            owner = getattr(mod, cls)
+        f = getattr(owner, name)
+
+        def wrapped(*a: Any, _f: Any = f, _label: str = label, **k: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return _f(*a, **k)
+            finally:
+                spent[_label] += time.thread_time() - t0
+                threads[_label] = threading.current_thread() is main
+
+        setattr(owner, name, wrapped)
+
+
+def _copy_with_probe() -> Path:
+    """A copy of this checkout's ``src`` whose driver reports its steps."""
+    dest = Path(tempfile.mkdtemp(prefix="aexec-steps-"))
+    shutil.copytree(ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    main = dest / "src" / "aexec" / "_driver" / "main.py"
+    main.write_text(main.read_text() + DRIVER_PROBE.replace("@LOG@", str(dest / "server-steps.log")))
+    return dest
+
+
+def steps(n: int) -> None:
+    copy = _copy_with_probe()
+    log = copy / "server-steps.log"
+    env = {**os.environ, "PYTHONPATH": str(copy / "src")}
+    done = subprocess.run(
+        [sys.executable, __file__, "steps-worker", str(n)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    time.sleep(1)  # the server writes its last line as it exits, once the worker is gone
+    rows: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    for line in got.pop("lines") + (log.read_text().splitlines() if log.exists() else []):
+        _, role, label, cpu, faults = line.split()
+        rows[(role, label)].append((int(cpu), int(faults)))
+    shutil.rmtree(copy, ignore_errors=True)
+    print(f"load average {os.getloadavg()}; N = {n}; whole tree {got['cpu_ms']:.2f} ms CPU per run")
+    print(f"library process {got['self_ms']:.2f} ms per run (main thread {got['main_ms']:.2f} ms)")
+    print("\n| library step | thread | CPU per run (µs) |\n|---|---|---:|")
+    for _, _, label, parent in LIBRARY_STEPS:
+        if label in got["spent"]:
+            where = "loop" if got["threads"][label] else "worker"
+            name = ("  ↳ " if parent else "") + label
+            print(f"| {name} | {where} | {1e6 * got['spent'][label] / n:.0f} |")
+    print(f"| event loop, the rest | loop | {1e6 * got['loop_rest_s']:.0f} |")
+    print(
+        "\n| process | step | CPU per run, median (µs) | minor faults, median | runs |\n|---|---|---:|---:|---:|"
+    )
+    medians: dict[str, dict[str, float]] = defaultdict(dict)
+    for (role, label), values in sorted(rows.items(), key=lambda kv: "sic".index(kv[0][0][0])):
+        if role == "server" and len(values) > n:  # the warm-up's runs too: the last n
+            values = values[-n:]
+        if role == "server" and label == "whole-process":  # once, at its exit: per run served
+            runs = len(rows[("server", "fork_init")]) or 1
+            print(
+                f"| server | whole process (its own CPU, per run served) | {values[0][0] / runs:.0f} "
+                f"| {values[0][1] / runs:.0f} | {runs} |"
+            )
+            continue
+        cpu = statistics.median(v[0] for v in values)
+        medians[role][label] = cpu
+        print(
+            f"| {role} | {label} | {cpu:.0f} | {statistics.median(v[1] for v in values):.0f} | {len(values)} |"
+        )
+    for role in ("init", "candidate"):
+        got_role = medians[role]
+        whole = got_role.get("whole-process", 0.0)
+        if role == "candidate" and "before-leave" in got_role:
+            print(
+                f"| candidate | leave (whole less before-leave) | {whole - got_role['before-leave']:.0f} | | |"
+            )
+            continue
+        rest = whole - sum(v for k, v in got_role.items() if k != "whole-process")
+        print(f"| {role} | the rest (whole less the steps above) | {rest:.0f} | | |")
+    print(
+        f"\nfork server and runs: {got['cpu_ms'] - got['self_ms']:.2f} ms per run; failures {got['failures']}"
+    )
+
+
+def _tree_cpu_s() -> float:
+    """This process's CPU, its reaped children's, and its live children's (the fork
+    server: its own and the runs it reaped), as ``peers.tree_cpu_s``."""
+    total = sum(os.times()[:4])
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    return total
+
+
+def steps_worker(n: int) -> None:
+    import threading
+
+    import anyio
+
+    from aexec import Candidate, observe_many
+
+    assert "aexec-steps-" in __import__("aexec").__file__, "PYTHONPATH did not take"
+    spent: dict[str, float] = defaultdict(float)
+    threads: dict[str, bool] = {}
+
+    async def go() -> dict[str, Any]:
+        await observe_many([Candidate("run_entry", "snippet", code="x = 0\n") for _ in range(2)])
+        _wrap_library(spent, threads)
+        cands = [Candidate("run_entry", "snippet", code=f"x = {i}\n") for i in range(n)]
+        t0, m0, s0 = _tree_cpu_s(), time.thread_time(), time.process_time()
+        obs = await observe_many(cands)
+        t1, m1, s1 = _tree_cpu_s(), time.thread_time(), time.process_time()
+        lines = [ln for o in obs for ln in o.stderr.splitlines() if ln.startswith(MARK)]
+        on_loop = sum(v for k, v in spent.items() if threads.get(k) and "↳" not in k)
+        assert threading.current_thread() is threading.main_thread()
+        tree = t1 - t0
+        return {
+            "cpu_ms": 1000 * tree / n,
+            "self_ms": 1000 * (s1 - s0) / n,
+            "main_ms": 1000 * (m1 - m0) / n,
+            "loop_rest_s": ((m1 - m0) - on_loop) / n,
+            "spent": dict(spent),
+            "threads": threads,
+            "lines": lines,
+            "failures": sum(o.failure is not None for o in obs),
+        }
+
+    print(json.dumps(anyio.run(go)))
+
+
+def ab(this: str, other: str, n: int, rounds: int) -> None:
+    peers = ROOT / "benchmarks" / "peers.py"
+    sides = {"this": this, "other": other}
+    got: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+    print(f"load average before {os.getloadavg()}")
+    for r in range(rounds):
+        order = list(sides) if r % 2 == 0 else list(reversed(sides))
+        for side in order:
+            env = {**os.environ, "PYTHONPATH": sides[side]}
+            done = subprocess.run(
+                [sys.executable, str(peers), "--boundary-worker", "whole boundary", str(n)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise SystemExit(done.stderr[-3000:])
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            got[side].append(row)
+            print(
+                f"round {r + 1} {side}: {row['cpu_ms']:.2f} ms CPU per run (server + runs "
+                f"{row['server_ms']:.2f}), {row['rate']:.0f}/s, failures {row['failures']}",
+                flush=True,
+            )
+    print(f"load average after {os.getloadavg()}")
+    for side in sides:
+        rows = got[side]
+        print(
+            f"{side}: whole tree {statistics.median(r['cpu_ms'] for r in rows):.2f} ms, aexec "
+            f"{statistics.median(r['cpu_ms'] - r['server_ms'] for r in rows):.2f} ms, server + runs "
+            f"{statistics.median(r['server_ms'] for r in rows):.2f} ms (medians of {len(rows)})"
+        )
+    diffs = [a["cpu_ms"] - b["cpu_ms"] for a, b in zip(got["this"], got["other"], strict=True)]
+    print(
+        f"paired difference this - other, whole tree: median {statistics.median(diffs):+.2f} ms "
+        f"({sum(d < 0 for d in diffs)} of {len(diffs)} below 0): {', '.join(f'{d:+.2f}' for d in diffs)}"
+    )
+
+
+def snapshot_cost(root: str, rounds: int) -> None:
+    """`trees.snapshot` of ``root`` (a run's scratch root holds the repo's copy) against
+    the same walk keyed with ``os.path.relpath`` (main's before issue 42), alternating:
+    median CPU (this thread) of each."""
+    from aexec._boundary import trees
+
+    def with_relpath(root: str) -> dict[str, tuple[int, int]]:
+        out = {}
+        for path, st in trees._scan(root, trees.SNAPSHOT_CAP):
+            rel = os.path.relpath(path, root)
+            if not rel.startswith(".aexec" + os.sep):
+                out[rel] = (st.st_size, st.st_mtime_ns)
+        return out
+
+    times: dict[str, list[float]] = {"relpath": [], "relative_to": []}
+    for _ in range(rounds):
+        for name, f in (("relpath", with_relpath), ("relative_to", trees.snapshot)):
+            t0 = time.thread_time()
+            got = f(root)
+            times[name].append(time.thread_time() - t0)
+        assert got == with_relpath(root)
+    files = len(got)
+    print(f"load average {os.getloadavg()}; {root}: {files} files, {rounds} rounds")
+    for name, ts in times.items():
+        print(f"{name}: {1000 * statistics.median(ts):.2f} ms CPU per snapshot (median)")
+
+
+if __name__ == "__main__":
+    cmd, *rest = sys.argv[1:]
+    if cmd == "steps":
+        steps(int(rest[0]) if rest else 500)
+    elif cmd == "steps-worker":
+        steps_worker(int(rest[0]))
+    elif cmd == "snapshot":
+        snapshot_cost(rest[0], int(rest[1]) if len(rest) > 1 else 20)
+    elif cmd == "ab":
+        ab(rest[0], rest[1], int(rest[2]) if len(rest) > 2 else 400, int(rest[3]) if len(rest) > 3 else 6)
+    else:
+        raise SystemExit(__doc__)
