@@ -19,8 +19,9 @@ the repo's metadata in the environment after its packages (pip's ``--no-build-is
 Debian packages unpacked into the environment's own prefix
 (`aexec._environments.system`), never the host's. ``setup_commit`` (SWE-bench's
 ``environment_setup_commit``): the ``requirements`` files are read as that commit of the
-checkout's git has them (`aexec._environments.commits`), not as its work tree does. ``system`` names what the environment
-cannot give (``conda: …``): such a spec is ``env_broken``, kind ``unsupported``.
+checkout's git has them (`aexec._environments.commits`), not as its work tree does.
+``system`` names what the environment cannot give (``conda: …``): such a spec is
+``env_broken``, kind ``unsupported``.
 """
 
 from __future__ import annotations
