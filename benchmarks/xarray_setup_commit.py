@@ -35,6 +35,17 @@ CASES = {
         "xarray/tests/test_combine.py",
         ["xarray/tests/test_combine.py::TestCombineAuto::test_combine_leaving_bystander_dimensions"],
     ),
+    "pydata__xarray-4075": (
+        "0.12",
+        "19b088636eb7d3f65ab7a1046ac672e0689371d8",
+        "f3ffab7ee4593c97e2ae63f22140d0a823a64b6d",
+        "1c198a191127c601d091213c4b3292a8bb3054e1",
+        "xarray/tests/test_weighted.py",
+        [
+            "xarray/tests/test_weighted.py::test_weighted_sum_of_weights_bool",
+            "xarray/tests/test_weighted.py::test_weighted_mean_bool",
+        ],
+    ),
     "pydata__xarray-6599": (
         "2022.03",
         "6bb2b855498b5c68d7cca8cceb710365d58e6048",

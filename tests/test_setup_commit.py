@@ -86,6 +86,13 @@ def test_without_the_setup_commit_the_work_tree_is_read_and_said(tmp_path: Path)
     assert f"read from the checkout's work tree: its git lacks environment_setup_commit {absent[:12]}" in str(
         instance.runner_reason
     )
+    bare, _, _ = _repo(tmp_path / "xarray2", {"setup.py": "\n"}, {"x": ""})  # nor in its work tree
+    lacking = load_instances(str(_instances(tmp_path, bare, absent)), specs="swebench")
+    env = lacking["pydata__xarray-3151"].environment
+    assert env is not None and env.unsupported() == (
+        "needs more than pip: conda: no environment.yml in the checkout"
+        f" (nor in its git: no environment_setup_commit {absent[:12]}, a clone's history has it)"
+    )
 
 
 def test_requirements_are_built_as_the_setup_commit_has_them(tmp_path: Path) -> None:

@@ -108,6 +108,7 @@ CONDA_AS_PIP = {
     "3.9": {"numpy==1.19.2": "numpy==1.19.3", "scipy==1.5.2": "scipy==1.5.4"},
 }
 _PINNED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==|<=|>=|~=|!=|<|>)")
+NO_YML = "conda: no environment.yml in the checkout"
 _APT = re.compile(r"apt-get (?:-y )?install (?:-y )?(.*)$")
 
 
@@ -170,7 +171,7 @@ def from_spec(
     elif listed == "environment.yml":
         conda = read_conda(environment_yml) if environment_yml is not None else None
         if conda is None:
-            system.append("conda: no environment.yml in the checkout")
+            system.append(NO_YML)
         else:  # SWE-bench's pip_packages are installed after it: their pins win
             pinned = {_name(p) for p in packages}
             packages = [*(p for p in conda.packages if _name(p) not in pinned), *packages]
@@ -383,4 +384,7 @@ def lookup(
         environment_yml=yml,
         setup_commit=commit,
     )
+    if files is not None and files.asked and commit is None and NO_YML in env.system:
+        lacks = f" (nor in its git: no environment_setup_commit {files.asked[:12]}, a clone's history has it)"
+        env = attrs.evolve(env, system=tuple(s + lacks if s == NO_YML else s for s in env.system))
     return SpecEntry(repo, version, env, test_cmd, evals, note)
