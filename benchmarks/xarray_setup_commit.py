@@ -54,6 +54,14 @@ CASES = {
         "xarray/tests/test_computation.py",
         ["xarray/tests/test_computation.py::test_polyval[timedelta-False]"],
     ),
+    "pydata__xarray-7233": (
+        "2022.09",
+        "51d37d1be95547059251076b3fadaa317750aab3",
+        "e1936a98059ae29da2861f58a7aff4a56302aac1",
+        "087ebbb78668bdf5d2d41c3b2553e3f29ce75be1",
+        "xarray/tests/test_coarsen.py",
+        ["xarray/tests/test_coarsen.py::TestCoarsenConstruct::test_coarsen_construct_keeps_all_coords"],
+    ),
 }
 NOOP = "# no-op\n"
 
