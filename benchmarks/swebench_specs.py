@@ -12,19 +12,26 @@
    own ``src/`` imported, sympy's runner).
 
 Run (needs ``swebench`` installed: ``pip install 'aexec[swebench]'``):
-``python benchmarks/swebench_specs.py [WORKDIR]``; writes ``benchmarks/swebench_specs.json``
-and prints the tables of ``docs/benchmarks.md``.
+``python benchmarks/swebench_specs.py [WORKDIR] [--xarray CLONE] [--table-only]``; writes
+``benchmarks/swebench_specs.json`` and prints the tables of ``docs/benchmarks.md``.
+``--xarray CLONE`` (a clone of pydata/xarray with its history): each xarray version's
+``environment.yml`` is read at the ``environment_setup_commit`` the dataset's instances
+of that version name (`XARRAY_SETUP`), as ``--specs swebench`` reads it for an
+instance; a version no instance names here (2023.07, 2024.05) at its release's tag.
+``--table-only``: step 1 alone (step 2's rows are kept from the JSON).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from _sdists import GOLD, WRONG, aexec, checkout, diff, help_asked
+from aexec._environments.commits import Files
 from aexec._environments.interpreters import find_interpreters
 from aexec._environments.spec import pick_interpreter
 from aexec._environments.swebench import load_table, lookup
@@ -70,6 +77,17 @@ SPHINX_ENV = """\
     assert "Hello" in (app.outdir / "index.html").read_text()
     app.cleanup()
 """
+#: SWE-bench's ``environment_setup_commit`` of each xarray version (every instance of a
+#: version names the same one; from the dataset's rows).
+XARRAY_SETUP = {
+    "0.12": "1c198a191127c601d091213c4b3292a8bb3054e1",
+    "0.18": "4f1e2d37b662079e830c9672400fabc19b44a376",
+    "0.19": "df7646182b17d829fe9b2199aebf649ddb2ed480",
+    "0.20": "8f42bfd3a5fd0b1a351b535be207ed4771b02c8b",
+    "2022.03": "d7931f9014a26e712ff5f30c4082cf0261f045d3",
+    "2022.06": "50ea159bfd0872635ebf4281e741f3c87f0bef6b",
+    "2022.09": "087ebbb78668bdf5d2d41c3b2553e3f29ce75be1",
+}
 #: (SWE-bench repo, version, sdist, module that gets the function, new test file, runner kind)
 CASES: list[tuple[str, str, str, str, str, str]] = [
     (
@@ -117,19 +135,36 @@ CASES: list[tuple[str, str, str, str, str, str]] = [
 ]
 
 
-def classify() -> list[dict[str, Any]]:
-    """Every Python (repo, version) of the table: supported, or why not."""
+def classify(xarray: str | None = None) -> list[dict[str, Any]]:
+    """Every Python (repo, version) of the table: supported, or why not (xarray's
+    ``environment.yml`` read from the clone ``xarray``, where given)."""
     from swebench.harness.constants.python import MAP_REPO_VERSION_TO_SPECS_PY
 
     table, found = load_table(), find_interpreters()
     rows = []
     for repo, versions in MAP_REPO_VERSION_TO_SPECS_PY.items():
         for version in versions:
-            env = lookup(table, repo, version).environment
+            files = None
+            if repo == "pydata/xarray" and xarray is not None:
+                tag = ["git", "-C", xarray, "rev-parse", f"v{version}.0^{{commit}}"]
+                at = (
+                    XARRAY_SETUP.get(version)
+                    or subprocess.run(tag, capture_output=True, text=True).stdout.strip()
+                )
+                files = Files.at(xarray, at)
+            entry = lookup(table, repo, version, files=files)
+            env = entry.environment
             reason = env.unsupported()
             if reason is None and pick_interpreter(env.python, found) is None:
                 reason = f"Python {env.python}: not on this machine"
-            rows.append({"repo": repo, "version": version, "python": env.python, "unsupported": reason})
+            row = {"repo": repo, "version": version, "python": env.python, "unsupported": reason}
+            if files is not None:
+                row["read"] = f"at {files.commit[:12]}" if files.commit else "the clone's work tree"
+                row["read"] += (
+                    "" if version in XARRAY_SETUP else f" (tag v{version}.0: no setup commit known)"
+                )
+                row["packages"] = len(env.packages)
+            rows.append(row)
     return rows
 
 
@@ -241,9 +276,17 @@ def measure(work: Path) -> list[dict[str, Any]]:
 def main() -> None:
     if help_asked(__doc__, sys.argv[1:]):
         return
-    work = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aexec-swebench-specs")
-    rows = classify()
-    measured = measure(work)
+    args = sys.argv[1:]
+    xarray = args.pop(args.index("--xarray") + 1) if "--xarray" in args else None
+    args = [a for a in args if a != "--xarray"]
+    table_only = "--table-only" in args
+    args = [a for a in args if a != "--table-only"]
+    work = Path(args[0] if args else "/tmp/aexec-swebench-specs")
+    rows = classify(xarray)
+    if table_only:
+        measured = json.loads((HERE / "swebench_specs.json").read_text())["measured"]
+    else:
+        measured = measure(work)
     (HERE / "swebench_specs.json").write_text(
         json.dumps({"specs": rows, "measured": measured}, indent=1) + "\n"
     )

@@ -178,17 +178,17 @@ def load_instances(path: str, *, specs: str | None = None) -> dict[str, Instance
 
 
 def _from_specs(where: str, r: Any, ident: str, checkout: str, table: Any) -> tuple[EnvSpec, str, str | None]:
-    """The environment, test command and note (what aexec does in place of the spec's
-    locale setup) SWE-bench's spec table gives an instance: its repo (``repo_name``,
-    else read from the id ``owner__name-N``) at its ``version``."""
-    from ._environments.swebench import lookup, read_text, repo_of
+    """The environment, test command and note (`lookup`) of SWE-bench's spec for an instance:
+    its repo (``repo_name``, else from the id ``owner__name-N``) at its ``version``."""
+    from ._environments.commits import Files
+    from ._environments.swebench import lookup, repo_of
 
     version = _field(where, r, "version")
     name = _string(where, r, "repo_name", required=False) or repo_of(ident)
     if name is None:
         raise RequestError(f"{where}: no `repo_name`, and the id is not SWE-bench's owner__name-N")
-    at = functools.partial
-    entry = lookup(table, name, str(version), at(_exists, checkout), at(read_text, checkout))
+    files = Files.at(checkout, _string(where, r, "environment_setup_commit", required=False))
+    entry = lookup(table, name, str(version), functools.partial(_exists, checkout), files=files)
     return entry.environment, entry.test_cmd, entry.note
 
 

@@ -86,6 +86,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_environments.store",
             "_environments.uv",
             "_environments.versions",
+            "_environments.commits",
             "_environments.system",
             "_environments.build",
             "_environments.inplace",

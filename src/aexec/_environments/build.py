@@ -35,7 +35,7 @@ import attrs
 from .._driver.wire import REPO_VIEW
 from .._log import get_logger
 from .._stages.keys import environment_key, resolution_key, setup_key
-from . import confine, system
+from . import commits, confine, system
 from .edits import apply as apply_edits
 from .edits import included, repinned, without_pins
 from .edits import paths as edit_paths
@@ -94,14 +94,16 @@ def default_root(cache_dir: str | None) -> str:
 
 
 def setup_hash(repo: str, spec: EnvSpec) -> str:
-    """SHA-256 of the repo's setup files and the spec's requirement files (absent: None),
-    as the spec's ``edits`` leave them."""
+    """SHA-256 of the repo's setup files and the spec's requirement files (absent: None;
+    at its ``setup_commit`` where the checkout's git has them), as its ``edits`` leave them."""
     files: dict[str, str | None] = {}
     for name in (*SETUP_FILES, *spec.requirements):
-        path = os.path.join(repo, name)
+        at = spec.setup_commit if name in spec.requirements else None
         try:
-            with open(path, "rb") as f:
-                files[name] = hashlib.sha256(apply_edits(spec.edits, name, f.read())).hexdigest()
+            if (data := commits.show(repo, at, name) if at else None) is None:
+                with open(os.path.join(repo, name), "rb") as f:
+                    data = f.read()
+            files[name] = hashlib.sha256(apply_edits(spec.edits, name, data)).hexdigest()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             if name in spec.requirements:
                 raise EnvBroken("build", f"requirements file {name!r} is not in the repo") from None
@@ -140,6 +142,8 @@ def _resolve(
     try:
         copy = os.path.join(work, "repo")
         shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        if spec.setup_commit:  # SWE-bench's requirement files are its environment_setup_commit's
+            commits.check_out(repo, spec.setup_commit, spec.requirements, copy)
         _prepare(copy, spec)
         lines = [*spec.packages, "pytest"]  # the runs need pytest; a pin elsewhere wins
         lines += [f"-r {os.path.join(copy, r)}" for r in spec.requirements]

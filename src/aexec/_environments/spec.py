@@ -17,8 +17,11 @@ the repo's metadata in the environment after its packages (pip's ``--no-build-is
 ``build_constraints`` hold the isolated builds' requirements (``setuptools<81``);
 ``repo_version`` is the repo's version where its checkout's git has no tag. ``apt`` names
 Debian packages unpacked into the environment's own prefix
-(`aexec._environments.system`), never the host's. ``system`` names what the environment
-cannot give (``conda: …``): such a spec is ``env_broken``, kind ``unsupported``.
+(`aexec._environments.system`), never the host's. ``setup_commit`` (SWE-bench's
+``environment_setup_commit``): the ``requirements`` files are read as that commit of the
+checkout's git has them (`aexec._environments.commits`), not as its work tree does.
+``system`` names what the environment cannot give (``conda: …``): such a spec is
+``env_broken``, kind ``unsupported``.
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: Debian packages that do not work unpacked outside ``/`` (`aexec._environments.system`),
 #: and why: the environment that names one is ``unsupported``.
 NOT_RELOCATABLE = {
-    "libenchant-2-dev": "libenchant-2 loads its spelling providers from"
-    " /usr/lib/x86_64-linux-gnu/enchant-2 alone, never from the environment's prefix",
+    "libenchant-2-dev": "Debian's libenchant-2 is built without relocation (its"
+    " enchant_set_prefix_dir does nothing; no variable names a provider directory): it loads"
+    " its spelling providers from /usr/lib/x86_64-linux-gnu/enchant-2 alone, which the host"
+    " lacks and the run's view (read-only binds of the host's system directories) has no"
+    " mount point for",
 }
 #: A Debian package's name (Policy 5.6.1): never an option to apt.
 _DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
@@ -66,7 +72,9 @@ _FIELDS = (
     "build_constraints",
     "repo_version",
     "apt",
+    "setup_commit",
 )
+_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 class EnvBroken(Exception):
@@ -128,6 +136,12 @@ def _check(spec: EnvSpec) -> None:
         raise RequestError(
             f"environment.repo_version must be a version like '5.1', got {spec.repo_version!r}"
         )
+    if spec.setup_commit is not None and not (
+        isinstance(spec.setup_commit, str) and _COMMIT.match(spec.setup_commit)
+    ):
+        raise RequestError(
+            f"environment.setup_commit must be a git commit's hex id, got {spec.setup_commit!r}"
+        )
     if spec.install not in INSTALL_MODES:
         raise RequestError(
             f"environment.install must be one of {', '.join(INSTALL_MODES)}, got {spec.install!r}"
@@ -174,6 +188,8 @@ class EnvSpec:
     #: Debian packages unpacked into the environment's prefix (with what apt says they
     #: need and the host lacks), on the run's PATH and LD_LIBRARY_PATH.
     apt: tuple[str, ...] = attrs.field(default=(), converter=_tuple, validator=_strings("apt"))
+    #: The commit of the repo's git whose ``requirements`` files the build reads.
+    setup_commit: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -193,6 +209,7 @@ class EnvSpec:
             **({"build_constraints": list(self.build_constraints)} if self.build_constraints else {}),
             **({"repo_version": self.repo_version} if self.repo_version else {}),
             **({"apt": list(self.apt)} if self.apt else {}),
+            **({"setup_commit": self.setup_commit} if self.setup_commit else {}),
         }
 
     def unsupported(self) -> str | None:

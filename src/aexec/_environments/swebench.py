@@ -17,8 +17,10 @@ and only when asked) read into an `EnvSpec` and the spec's test command, as data
 
 - ``apt-get install -y PKGS`` (in ``pre_install``, or ``apt-pkgs``): the environment's
   ``apt``, unpacked into its own prefix (`aexec._environments.system`);
-- ``packages: environment.yml``: the checkout's (``read``, `lookup`), read by
-  `aexec._environments.conda`'s tables.
+- ``packages: environment.yml``: read by `aexec._environments.conda`'s tables; it and
+  ``packages: requirements.txt``'s file are, as SWE-bench reads them, the instance's
+  ``environment_setup_commit``'s where the checkout's git holds it (`lookup`'s ``files``),
+  else the work tree's (a checkout made from an sdist), the note saying which.
 
 A spec that needs more than that is an `EnvSpec` whose ``system`` says, in one line
 each, what is missing (an ``env_broken`` ``unsupported`` observation when run): no
@@ -59,6 +61,7 @@ from typing import Any
 import attrs
 
 from .._errors import RequestError
+from .commits import Files
 from .conda import read as read_conda
 from .edits import EditError, norm, parse
 from .spec import SETUP_FILES, EnvSpec
@@ -105,6 +108,7 @@ CONDA_AS_PIP = {
     "3.9": {"numpy==1.19.2": "numpy==1.19.3", "scipy==1.5.2": "scipy==1.5.4"},
 }
 _PINNED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==|<=|>=|~=|!=|<|>)")
+NO_YML = "conda: no environment.yml in the checkout"
 _APT = re.compile(r"apt-get (?:-y )?install (?:-y )?(.*)$")
 
 
@@ -144,12 +148,14 @@ def from_spec(
     pyproject: bool = True,
     version: str | None = None,
     environment_yml: str | None = None,
+    setup_commit: str | None = None,
 ) -> EnvSpec:
     """The `EnvSpec` of one SWE-bench spec (see the module docstring); ``packages:
     requirements.txt`` means ``requirements_file`` (SWE-bench's path for the repo),
     ``packages: environment.yml`` the text ``environment_yml`` (`aexec._environments.conda`);
     ``pyproject``: the checkout has a ``pyproject.toml``; ``version``: the instance's (the
-    repo's version where its checkout's git has no tag)."""
+    repo's version where its checkout's git has no tag); ``setup_commit``: the commit whose
+    ``requirements_file`` the build reads."""
     system: list[str] = []
     python = spec.get("python")
     if not isinstance(python, str) or not python:
@@ -159,12 +165,13 @@ def from_spec(
     requirements: list[str] = []
     apt_listed: list[str] = []
     listed = spec.get("packages")
+    setup_commit = setup_commit if listed == "requirements.txt" else None
     if listed == "requirements.txt":
         requirements.append(requirements_file)
     elif listed == "environment.yml":
         conda = read_conda(environment_yml) if environment_yml is not None else None
         if conda is None:
-            system.append("conda: no environment.yml in the checkout")
+            system.append(NO_YML)
         else:  # SWE-bench's pip_packages are installed after it: their pins win
             pinned = {_name(p) for p in packages}
             packages = [*(p for p in conda.packages if _name(p) not in pinned), *packages]
@@ -223,6 +230,7 @@ def from_spec(
             or (SETUPTOOLS,),
             repo_version=version if version and re.match(r"^\d+(\.\d+)*$", version) else None,
             apt=tuple(dict.fromkeys(apt)),
+            setup_commit=setup_commit,
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))
@@ -320,6 +328,13 @@ def read_text(checkout: str, path: str) -> str | None:
         return None
 
 
+def _source(files: Files, path: str) -> str:
+    """Where ``path`` was read, for the instance's note."""
+    if files.commit is not None:
+        return f"{path} read at environment_setup_commit {files.commit[:12]}, as SWE-bench reads it"
+    return f"{path} read from the checkout's work tree: its git lacks environment_setup_commit {str(files.asked)[:12]}"
+
+
 def repo_of(instance_id: str) -> str | None:
     """SWE-bench's ``owner/name`` of an instance id ``owner__name-1234``, or None."""
     m = re.match(r"^([^_/]+(?:_[^_/]+)*)__(.+)-\d+$", instance_id)
@@ -332,11 +347,14 @@ def lookup(
     version: str,
     exists: Callable[[str], bool] = lambda _: True,
     read: Callable[[str], str | None] = lambda _: None,
+    files: Files | None = None,
 ) -> SpecEntry:
     """The (repo, version) entry; one not in the table is an unsupported environment.
     ``exists`` says whether the checkout has a path: SWE-bench reads the first of the
     repo's requirement paths that exists; ``read`` gives a path's text (None: absent),
-    of the first of its ``environment.yml`` paths the checkout has."""
+    of the first of its ``environment.yml`` paths the checkout has. ``files``, given:
+    where those two are read instead (the instance's ``environment_setup_commit``, where
+    the checkout's git holds it), said in the note when the instance names that commit."""
     spec = table.specs.get(repo, {}).get(version)
     if spec is None:
         env = EnvSpec(_FALLBACK_PYTHON, system=(f"SWE-bench has no spec for {repo} {version}",))
@@ -345,15 +363,28 @@ def lookup(
     test_cmd = " && ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd)
     evals = tuple(str(c) for c in spec.get("eval_commands") or ())
     paths = table.requirements.get(repo, ("requirements.txt",))
-    found = next((p for p in paths if exists(p)), paths[0] if paths else "requirements.txt")
-    yml = next(
-        (t for p in table.environment_ymls.get(repo, ("environment.yml",)) if (t := read(p)) is not None),
-        None,
-    )
-    note = run_note(spec)
-    if spec.get("packages") == "environment.yml" and yml is not None:
-        note = "; ".join(n for n in (note, *read_conda(yml).left_out) if n) or None
+    has, text = (files.exists, files.read) if files is not None else (exists, read)
+    found = next((p for p in paths if has(p)), paths[0] if paths else "requirements.txt")
+    ymls = table.environment_ymls.get(repo, ("environment.yml",))
+    yml_at, yml = next(((p, t) for p in ymls if (t := text(p)) is not None), (None, None))
+    listed = spec.get("packages")
+    notes = [run_note(spec)]
+    if files is not None and files.asked and listed in ("requirements.txt", "environment.yml"):
+        notes.append(_source(files, found if listed == "requirements.txt" else yml_at or ymls[0]))
+    if listed == "environment.yml" and yml is not None:
+        notes += read_conda(yml).left_out
+    note = "; ".join(n for n in notes if n) or None
+    commit = files.commit if files is not None else None
     env = from_spec(
-        repo, spec, found, pyproject=exists("pyproject.toml"), version=version, environment_yml=yml
+        repo,
+        spec,
+        found,
+        pyproject=exists("pyproject.toml"),
+        version=version,
+        environment_yml=yml,
+        setup_commit=commit,
     )
+    if files is not None and files.asked and commit is None and NO_YML in env.system:
+        lacks = f" (nor in its git: no environment_setup_commit {files.asked[:12]}, a clone's history has it)"
+        env = attrs.evolve(env, system=tuple(s + lacks if s == NO_YML else s for s in env.system))
     return SpecEntry(repo, version, env, test_cmd, evals, note)
