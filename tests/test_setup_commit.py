@@ -10,6 +10,7 @@ later commit, the instance's setup commit, holds; the checkout is left at the ba
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -148,3 +149,37 @@ def test_setup_commit_is_a_hex_id_and_keys_only_the_specs_that_name_one() -> Non
     for bad in ("HEAD", "abc", "--all", "a" * 41):
         with pytest.raises(RequestError, match="setup_commit"):
             EnvSpec("3.11", setup_commit=bad)
+
+
+#: The SHA-256 of each setup commit's `ci/requirements/environment.yml` as pydata/xarray's
+#: git has it (`git show C:ci/requirements/environment.yml | sha256sum` on a clone).
+XARRAY_YML_SHA256 = {
+    "1c198a191127c601d091213c4b3292a8bb3054e1": "3d37256ff3b4c0cc1092371deb7de12c2162883b591a9aecb790c591474befa5",
+    "4f1e2d37b662079e830c9672400fabc19b44a376": "134c39723107ad2d88666e747d1be6f68c887270940b55e3bcae02cd78bb956d",
+    "df7646182b17d829fe9b2199aebf649ddb2ed480": "134c39723107ad2d88666e747d1be6f68c887270940b55e3bcae02cd78bb956d",
+    "8f42bfd3a5fd0b1a351b535be207ed4771b02c8b": "e34aaa8ff4b3cc9926718c5a875fc0856c2b0646409267a4bb4546b2f47b7c9f",
+    "d7931f9014a26e712ff5f30c4082cf0261f045d3": "96467ea0a2a7f9e67f069b1d318a5746e1723d9b5ff79223b682415dfde8b41c",
+    "50ea159bfd0872635ebf4281e741f3c87f0bef6b": "db0aafadda0e4e7fa2964b90e026ffd7ea64c48bd2e87855b84ae111ad3ab6b6",
+    "087ebbb78668bdf5d2d41c3b2553e3f29ce75be1": "a1e50da7e893e135cc1cf9a25bae175cc259c3a51cf78aa7fcd2b3aca3436db1",
+}
+
+
+def test_a_checkout_without_history_reads_the_setup_commits_file_aexec_ships(tmp_path: Path) -> None:
+    """The held-out checkouts may hold one commit of the base's tree: xarray 0.12's base
+    (2019) has no environment.yml and the setup commit is not there. aexec's copy of that
+    commit's file is read, and the note says so."""
+    from aexec._environments.setup_files import SHIPPED
+
+    assert {c: hashlib.sha256(t.encode()).hexdigest() for (c, _), t in SHIPPED.items()} == XARRAY_YML_SHA256
+    assert {p for _, p in SHIPPED} == {YML}
+    repo, _, _ = _repo(tmp_path / "xarray", {"setup.py": "\n"}, {"x": ""})
+    setup = "1c198a191127c601d091213c4b3292a8bb3054e1"  # every xarray 0.12 instance's
+    instance = load_instances(str(_instances(tmp_path, repo, setup)), specs="swebench")["pydata__xarray-3151"]
+    env = instance.environment
+    assert env is not None and env.unsupported() is None, env
+    assert {"numbagg", "toolz", "dask", "pint"} <= {
+        p.split("=")[0].split("<")[0].split(">")[0] for p in env.packages
+    }
+    assert f"{YML} of environment_setup_commit {setup[:12]}, as SWE-bench reads it: aexec's copy" in str(
+        instance.runner_reason
+    )

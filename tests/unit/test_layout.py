@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         [
             "_environments",
             "_environments.edits",
+            "_environments.setup_files",
             "_environments.spec",
             "_inputs",
             "_records",

@@ -3,7 +3,8 @@
 SWE-bench builds an instance's environment from the requirement files (and conda
 ``environment.yml``) of its ``environment_setup_commit``, not of its base commit: a
 checkout cloned with its history holds that commit's objects, and `show` reads a file
-there (`Files`: that commit's where the checkout holds it, else the work tree's). The
+there (`Files`: that commit's where the checkout holds it, else the copy aexec ships of
+it where it has one, `aexec._environments.setup_files`, else the work tree's). The
 build writes those files into its copy of the repo (`check_out`), with the
 files they include (``-r X``), before resolving.
 """
@@ -17,6 +18,7 @@ import subprocess
 import attrs
 
 from .edits import included
+from .setup_files import SHIPPED
 
 __all__ = ["Files", "check_out", "has", "show"]
 
@@ -78,14 +80,24 @@ class Files:
     checkout: str
     #: The commit asked for (SWE-bench's ``environment_setup_commit``), or None.
     asked: str | None = None
-    #: The same, where the checkout's git holds it; None: the work tree is read.
+    #: The same, where the checkout's git holds it or aexec ships its files; None: the
+    #: work tree is read.
     commit: str | None = None
+    #: ``commit``'s files are aexec's copy (`SHIPPED`): the checkout's git lacks it.
+    shipped: bool = False
 
     @classmethod
     def at(cls, checkout: str, asked: str | None) -> Files:
-        return cls(checkout, asked, asked if asked and has(checkout, asked) else None)
+        if asked and has(checkout, asked):
+            return cls(checkout, asked, asked)
+        if asked and any(c == asked for c, _ in SHIPPED):
+            return cls(checkout, asked, asked, shipped=True)
+        return cls(checkout, asked, None)
 
     def read_bytes(self, path: str) -> bytes | None:
+        if self.commit is not None and self.shipped:
+            text = SHIPPED.get((self.commit, path))
+            return None if text is None else text.encode()
         if self.commit is not None:
             return show(self.checkout, self.commit, path)
         try:

@@ -330,6 +330,11 @@ def read_text(checkout: str, path: str) -> str | None:
 
 def _source(files: Files, path: str) -> str:
     """Where ``path`` was read, for the instance's note."""
+    if files.commit is not None and files.shipped:
+        return (
+            f"{path} of environment_setup_commit {files.commit[:12]}, as SWE-bench reads it:"
+            " aexec's copy (the checkout's git lacks the commit)"
+        )
     if files.commit is not None:
         return f"{path} read at environment_setup_commit {files.commit[:12]}, as SWE-bench reads it"
     return f"{path} read from the checkout's work tree: its git lacks environment_setup_commit {str(files.asked)[:12]}"
