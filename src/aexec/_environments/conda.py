@@ -32,6 +32,8 @@ SAME = frozenset(
         "cartopy",
         "cfgrib",
         "cftime",
+        "colorspacious",
+        "colour-science",
         "contourpy",
         "coverage",
         "cycler",
@@ -39,6 +41,8 @@ SAME = frozenset(
         "dask-expr",
         "distributed",
         "flox",
+        "flake8",
+        "flake8-docstrings",
         "fonttools",
         "fsspec",
         "h5netcdf",
@@ -52,10 +56,12 @@ SAME = frozenset(
         "joblib",
         "kiwisolver",
         "lxml",
+        "meson-python",
         "mypy",
         "nbconvert",
         "nbformat",
         "nc-time-axis",
+        "ninja",
         "netcdf4",
         "numba",
         "numbagg",
@@ -78,12 +84,14 @@ SAME = frozenset(
         "pydap",
         "pydata-sphinx-theme",
         "pydocstyle",
+        "pystemmer",
         "pyparsing",
         "pytest",
         "pytest-asyncio",
         "pytest-cov",
         "pytest-env",
         "pytest-github-actions-annotate-failures",
+        "pytest-playwright",
         "pytest-mypy-plugins",
         "pytest-rerunfailures",
         "pytest-timeout",
@@ -92,6 +100,7 @@ SAME = frozenset(
         "pytz",
         "pyyaml",
         "rasterio",
+        "ruff",
         "scipy",
         "seaborn",
         "setuptools",
@@ -100,8 +109,11 @@ SAME = frozenset(
         "sparse",
         "sphinx",
         "sphinx-copybutton",
+        "sphinx-design",
         "sphinx-gallery",
+        "sphinx-tags",
         "toolz",
+        "tox",
         "tornado",
         "typing_extensions",
         "zarr",
@@ -147,8 +159,13 @@ APT = {
 ABSENT = {
     "cdms2": "conda-forge only (no PyPI release): xarray's tests that need it skip "
     "(an expected one is then unresolved)",
+    # matplotlib's GUI toolkits: PyPI has sdists that build against GTK's and wx's
+    # development files; their backends' tests skip without the toolkit (and a display).
+    "pygobject": "builds against GObject's development files only: matplotlib's GTK backends' tests skip",
+    "gtk4": "conda-forge's GTK 4 (no PyPI release): matplotlib's GTK 4 backends' tests skip",
+    "wxpython": "no Linux wheel on PyPI (its sdist builds wxWidgets): matplotlib's wx backends' tests skip",
 }
-_ENTRY = re.compile(r"^(?:[\w.-]+::)?([A-Za-z0-9_][A-Za-z0-9._-]*)\s*(.*)$")
+_ENTRY = re.compile(r"^(?:[\w.-]+::)?([A-Za-z0-9_][A-Za-z0-9._-]*)(\[[A-Za-z0-9_,.-]+\])?\s*(.*)$")
 _PEP440_OP = re.compile(r"^(==|>=|<=|!=|~=|<|>)")
 _PIP_REQ = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?\s*([<>=!~][^;#]*)?$")
 
@@ -198,7 +215,7 @@ def pin(constraint: str) -> str | None:
 
 def _conda(item: str, env: dict[str, list[str]]) -> None:
     m = _ENTRY.match(item.strip())
-    name, spec = (m.group(1), m.group(2)) if m else (item, "")
+    name, extras, spec = (m.group(1), m.group(2) or "", m.group(3)) if m else (item, "", "")
     k = key(name)
     if m is None or (translated := pin(spec)) is None:
         env["unsupported"].append(f"conda: {item} (not a constraint pip can say)")
@@ -209,7 +226,7 @@ def _conda(item: str, env: dict[str, list[str]]) -> None:
     elif k in ABSENT:
         env["left_out"].append(f"conda's {name}: {ABSENT[k]}")
     elif k in _SAME or k in _RENAMED:
-        env["packages"].append(_RENAMED.get(k, name) + translated)
+        env["packages"].append(_RENAMED.get(k, name) + extras + translated)
     else:
         env["unsupported"].append(f"conda: {name} (in no table of PyPI or Debian names)")
 

@@ -67,10 +67,18 @@ __all__ = ["SpecEntry", "Table", "from_spec", "load_table", "lookup", "repo_of"]
 
 #: Repos whose install builds C extensions in place (SWE-bench's install hides it).
 C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "matplotlib/matplotlib"})
-#: Of those, the ones whose in-place build needs what cannot be had here: the one reason.
-UNSUPPORTED_BUILDS = {
-    "matplotlib/matplotlib": "builds C extensions in place against qhull's sources, which its"
-    " pre_install downloads (wget) from qhull.org, a host this machine does not reach"
+#: matplotlib's ``pre_install`` downloads Qhull 2020.2's sources (``QHULL_…=``, ``wget``,
+#: ``mkdir``, ``tar``) for its build, which downloads FreeType's too: Debian's Qhull 2020.2
+#: and FreeType stand for them (the build links them: `aexec._environments.inplace`).
+_QHULL_DOWNLOAD = re.compile(
+    r'^(QHULL_\w+=\S+|wget -O "\$QHULL_TAR" .*|mkdir -p "\$QHULL_BUILD_DIR"|tar -xv?zf "\$QHULL_TAR" .*)$'
+)
+QHULL_APT = ("libqhull-dev", "libfreetype-dev", "pkg-config")
+#: apt packages left out, and why (said in the instance's note).
+APT_LEFT_OUT = {
+    "texlive": "TeX Live unpacked outside / has no formats (fmtutil is a maintainer script):"
+    " left out with cm-super and dvipng, so matplotlib's usetex tests skip (an expected one is"
+    " then unresolved)",
 }
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
 #: pip builds the repo in the environment, after its packages (scikit-learn <= 1.4); as it
@@ -184,6 +192,8 @@ def from_spec(
             edits.append(command)
         elif kind == "apt":
             apt += what.split()
+        elif kind == "qhull":
+            apt += QHULL_APT
         elif kind == "other":
             other.append(what)
     if other:
@@ -204,8 +214,6 @@ def from_spec(
         elif (exported := _export(command)) is not None and not _utf8_locale(*exported):
             system.append(f"eval_commands sets {command[7:][:120]}, which aexec's runs do not carry")
     inplace = repo in C_EXTENSION_REPOS or bool(_IN_PLACE.search(install))
-    if repo in UNSUPPORTED_BUILDS and "qhull" in " ".join(map(str, spec.get("pre_install") or ())).lower():
-        system = [UNSUPPORTED_BUILDS[repo]]
     extras = tuple(e.strip() for m in _EXTRAS.findall(install) for e in m.split(",") if e.strip())
     mode = "deps" if install else "none"
     try:
@@ -222,7 +230,7 @@ def from_spec(
             build_constraints=tuple(p for p in packages if _name(p) == "setuptools" and p != "setuptools")
             or (SETUPTOOLS,),
             repo_version=version if version and re.match(r"^\d+(\.\d+)*$", version) else None,
-            apt=tuple(dict.fromkeys(apt)),
+            apt=tuple(dict.fromkeys(a for a in apt if _left_out(a) is None)),
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
         return EnvSpec(_FALLBACK_PYTHON, system=(f"unreadable spec: {e}",))
@@ -239,6 +247,8 @@ def _pre_install(command: str, requirements: list[str]) -> tuple[str, str]:
     ``other`` (one line saying what it needs)."""
     if command in _LOCALE_SETUP:
         return "noop", "the run's locale is C.UTF-8"
+    if _QHULL_DOWNLOAD.match(command.strip()):
+        return "qhull", "Debian's Qhull 2020.2 (libqhull-dev)"
     apt = _APT.search(command)
     if apt is not None and command.startswith("apt-get"):
         return "apt", " ".join(w for w in apt.group(1).split() if not w.startswith("-"))
@@ -252,6 +262,13 @@ def _pre_install(command: str, requirements: list[str]) -> tuple[str, str]:
     if edit.path == "tox.ini" and edit.guard is None and subst.replacement == subst.pattern + " -rA":
         return "noop", "pytest's -rA only changes its text report, which aexec does not read"
     return "other", f"pre_install edits {edit.path} ({command[:120]!r}), a file the build does not read"
+
+
+def _left_out(package: str) -> str | None:
+    """Why an apt package is left out of the environment (`APT_LEFT_OUT`), or None."""
+    if package.startswith("texlive") or package in ("cm-super", "dvipng"):
+        return APT_LEFT_OUT["texlive"]
+    return None
 
 
 def _replacements(command: str) -> str:
@@ -281,6 +298,22 @@ def run_note(spec: Mapping[str, Any]) -> str | None:
         return None
     said = ", ".join(f"{n}={v}" for n, v in exported)
     return f"SWE-bench's eval_commands export {said}: aexec runs under LANG=LC_ALL=C.UTF-8 (UTF-8, as theirs)"
+
+
+def build_notes(spec: Mapping[str, Any]) -> list[str]:
+    """What aexec's environment has in place of SWE-bench's (apt packages left out, the
+    libraries matplotlib's build links in place of its downloads), one line each."""
+    notes: list[str] = []
+    for command in map(str, spec.get("pre_install") or ()):
+        kind, what = _pre_install(command, [])
+        if kind == "apt":
+            notes += [r for a in what.split() if (r := _left_out(a)) is not None]
+        elif kind == "qhull":
+            notes.append(
+                "matplotlib is built against Debian's Qhull 2020.2 and FreeType (SWE-bench's"
+                " build: the same Qhull, FreeType 2.6.1): image comparisons that render text differ"
+            )
+    return list(dict.fromkeys(notes))
 
 
 @attrs.frozen
@@ -350,7 +383,7 @@ def lookup(
         (t for p in table.environment_ymls.get(repo, ("environment.yml",)) if (t := read(p)) is not None),
         None,
     )
-    note = run_note(spec)
+    note = "; ".join(n for n in (run_note(spec), *build_notes(spec)) if n) or None
     if spec.get("packages") == "environment.yml" and yml is not None:
         note = "; ".join(n for n in (note, *read_conda(yml).left_out) if n) or None
     env = from_spec(
