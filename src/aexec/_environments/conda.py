@@ -3,10 +3,11 @@ cannot be had (pure; SWE-bench's xarray and matplotlib specs).
 
 Each dependency is looked up in the tables below, never guessed: a name PyPI has
 (`SAME`, or under another name: `RENAMED`) becomes a pip requirement with conda's pin
-translated (`pin`); a C library PyPI's wheels carry, or conda's own tooling, is
+translated (`pin`) and its extras kept (``nbconvert[execute]``); a C library PyPI's wheels carry, or conda's own tooling, is
 nothing to install (`PROVIDED`); a program Debian has becomes one of the
 environment's ``apt`` packages (`APT`); a package neither PyPI nor Debian has is left
-out with its reason where the tests that use it skip without it (`ABSENT`). Any other
+out with its reason where the tests that use it skip without it (`ABSENT`), and so is a
+GUI toolkit PyPI has no Linux wheel of (`GUI`). Any other
 name is ``unsupported``, naming it. The ``pip:`` list is read as pip requirements.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 import attrs
 import yaml
 
-__all__ = ["ABSENT", "APT", "PROVIDED", "RENAMED", "SAME", "CondaEnv", "pin", "read"]
+__all__ = ["ABSENT", "APT", "GUI", "PROVIDED", "RENAMED", "SAME", "CondaEnv", "pin", "read"]
 
 #: conda-forge names PyPI has under the same name (case and ``_``/``-`` aside).
 SAME = frozenset(
@@ -159,11 +160,14 @@ APT = {
 ABSENT = {
     "cdms2": "conda-forge only (no PyPI release): xarray's tests that need it skip "
     "(an expected one is then unresolved)",
-    # matplotlib's GUI toolkits: PyPI has sdists that build against GTK's and wx's
-    # development files; their backends' tests skip without the toolkit (and a display).
-    "pygobject": "builds against GObject's development files only: matplotlib's GTK backends' tests skip",
-    "gtk4": "conda-forge's GTK 4 (no PyPI release): matplotlib's GTK 4 backends' tests skip",
-    "wxpython": "no Linux wheel on PyPI (its sdist builds wxWidgets): matplotlib's wx backends' tests skip",
+}
+#: conda-forge's GUI toolkits, left out: PyPI has no Linux wheel of them (sdists that build
+#: against GTK's or wxWidgets' development files); matplotlib's tests of their backends
+#: skip without them (and without a display, as in SWE-bench's image).
+GUI = {
+    "pygobject": "no Linux wheel on PyPI: matplotlib's GTK backends' tests skip",
+    "gtk4": "conda-forge's GTK 4: matplotlib's GTK 4 backends' tests skip",
+    "wxpython": "no Linux wheel on PyPI: matplotlib's wx backends' tests skip",
 }
 _ENTRY = re.compile(r"^(?:[\w.-]+::)?([A-Za-z0-9_][A-Za-z0-9._-]*)(\[[A-Za-z0-9_,.-]+\])?\s*(.*)$")
 _PEP440_OP = re.compile(r"^(==|>=|<=|!=|~=|<|>)")
@@ -223,8 +227,8 @@ def _conda(item: str, env: dict[str, list[str]]) -> None:
         return
     elif k in APT:
         env["apt"] += APT[k]
-    elif k in ABSENT:
-        env["left_out"].append(f"conda's {name}: {ABSENT[k]}")
+    elif k in ABSENT or k in GUI:
+        env["left_out"].append(f"conda's {name}: {ABSENT.get(k) or GUI[k]}")
     elif k in _SAME or k in _RENAMED:
         env["packages"].append(_RENAMED.get(k, name) + extras + translated)
     else:
