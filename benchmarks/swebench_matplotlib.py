@@ -9,9 +9,10 @@ The dataset's row (its ``patch``, ``test_patch``, FAIL_TO_PASS and PASS_TO_PASS)
 below. Its base commit (``430fb1db``, on main before 3.8) is not in a checkout here; the
 checkout stands in for it: matplotlib 3.7.1's sdist (which has the fix, backported) with
 ``PKG-INFO`` and the generated ``_version.py`` removed, the row's ``patch`` and
-``test_patch`` reverted, and ``lib/mpl_toolkits/__init__.py`` removed, as main had it
-(3.7.x's ``pkg_resources`` namespace declaration warns under SWE-bench's setuptools
-68.1.2, and matplotlib's tests turn warnings into errors). Then ``swebench_dev.measure``:
+``test_patch`` reverted, and ``mpl_toolkits`` an implicit namespace package, as main had
+it (its ``__init__.py`` and ``setup.py``'s ``namespace_packages`` removed: 3.7.x's
+``pkg_resources`` namespace declaration warns under SWE-bench's setuptools 68.1.2, and
+matplotlib's tests turn warnings into errors). Then ``swebench_dev.measure``:
 the environment cold and warm, the three predictions graded (``WORKDIR/report-*.json``).
 """
 
@@ -106,6 +107,11 @@ def base(repo: str) -> None:
     """3.7.1's sdist as the instance's base (see the module docstring)."""
     for path in ("PKG-INFO", "lib/matplotlib/_version.py", "lib/mpl_toolkits/__init__.py"):
         os.remove(os.path.join(repo, path))
+    setup = os.path.join(repo, "setup.py")
+    with open(setup) as f:
+        text = f.read()
+    with open(setup, "w") as f:
+        f.write(text.replace('    namespace_packages=["mpl_toolkits"],\n', ""))
     for patch in (PATCH, TEST_PATCH):
         subprocess.run(["git", "apply", "-R"], input=patch, text=True, cwd=repo, check=True)
 
