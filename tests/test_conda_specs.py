@@ -163,7 +163,14 @@ def test_matplotlibs_environment_yml_as_swebench_reads_it(make_repo: MakeRepo) -
     entry = lookup(table, "matplotlib/matplotlib", "3.7", read=functools.partial(read_text, str(repo)))
     env = entry.environment
     assert env.unsupported() is None and env.inplace
-    assert env.apt == ("graphviz", "imagemagick", "libqhull-dev", "libfreetype-dev", "pkg-config")
+    assert env.apt == (
+        "graphviz",
+        "imagemagick",
+        "ghostscript",
+        "libqhull-dev",
+        "libfreetype-dev",
+        "pkg-config",
+    )
     assert env.packages == (
         "cairocffi",
         "PyQt5",

@@ -11,6 +11,7 @@ call Qhull through the extension.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from aexec import Candidate, Policy, observe_many
+from aexec._environments import system
 from aexec._environments.inplace import MPLSETUP, library_env, mplsetup
 from aexec._environments.spec import EnvSpec
 from aexec._options import Options
@@ -77,6 +79,29 @@ def host_has(package: str) -> bool:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_ghostscript_unpacked_in_an_environment_runs_there(tmp_path: Path) -> None:
+    """matplotlib compares PDF and EPS output through ``gs``, whose initialisation files
+    are compiled in at /usr/share: the run's ``GS_LIB`` names the prefix's."""
+    if shutil.which("apt-get") is None or host_has("ghostscript"):
+        pytest.skip("no apt, or the host has ghostscript: the environment would unpack nothing")
+    root, env = tmp_path / "root", tmp_path / "env"
+    env.mkdir()
+    state = system.install(system.resolve(["ghostscript"], str(root)), str(env), str(root))
+    run = {k: os.pathsep.join(v) for k, v in state["env"].items()}  # type: ignore[union-attr]
+    assert "GS_LIB" in run
+    ps = tmp_path / "t.ps"
+    ps.write_text("%!PS\n/Helvetica findfont 12 scalefont setfont 72 72 moveto (hi) show showpage\n")
+    gs = [str(env / "system/usr/bin/gs"), "-dBATCH", "-dNOPAUSE", "-dSAFER", "-sDEVICE=png16m"]
+    done = subprocess.run(
+        [*gs, f"-sOutputFile={tmp_path / 't.png'}", str(ps)],
+        env={"PATH": run["PATH"], "LD_LIBRARY_PATH": run["LD_LIBRARY_PATH"], "GS_LIB": run["GS_LIB"]},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and (tmp_path / "t.png").stat().st_size > 0, done.stdout + done.stderr
 
 
 def test_a_matplotlib_checkout_is_built_against_the_environments_libraries(tmp_path: Path) -> None:

@@ -199,7 +199,15 @@ def test_real_spec_entries_that_need_more_say_what_in_one_line() -> None:
     # Debian's FreeType; TeX Live and dvipng are left out (unpacked, TeX has no formats).
     mpl = from_spec("matplotlib/matplotlib", {**MATPLOTLIB_35, "packages": "numpy"})
     assert mpl.unsupported() is None and mpl.inplace
-    assert mpl.apt == ("imagemagick", "ffmpeg", "libqhull-dev", "libfreetype-dev", "pkg-config")
+    # imagemagick's Ghostscript: apt-get install -y brings it (a recommends) in SWE-bench's image
+    assert mpl.apt == (
+        "imagemagick",
+        "ghostscript",
+        "ffmpeg",
+        "libqhull-dev",
+        "libfreetype-dev",
+        "pkg-config",
+    )
     notes = build_notes(MATPLOTLIB_35)
     assert len(notes) == 2 and "usetex tests skip" in notes[0] and "FreeType 2.6.1" in notes[1]
     assert from_spec("matplotlib/matplotlib", MATPLOTLIB_35).system == (

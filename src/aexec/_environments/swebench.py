@@ -74,6 +74,10 @@ _QHULL_DOWNLOAD = re.compile(
     r'^(QHULL_\w+=\S+|wget -O "\$QHULL_TAR" .*|mkdir -p "\$QHULL_BUILD_DIR"|tar -xv?zf "\$QHULL_TAR" .*)$'
 )
 QHULL_APT = ("libqhull-dev", "libfreetype-dev", "pkg-config")
+#: What SWE-bench's ``apt-get install -y`` brings that aexec's resolution
+#: (``--no-install-recommends``) does not, and tests need: imagemagick's Ghostscript
+#: (matplotlib compares PDF and EPS output through ``gs``; without it they skip).
+RECOMMENDED = {"imagemagick": ("ghostscript",)}
 #: apt packages left out, and why (said in the instance's note).
 APT_LEFT_OUT = {
     "texlive": "TeX Live unpacked outside / has no formats (fmtutil is a maintainer script):"
@@ -191,7 +195,7 @@ def from_spec(
         if kind == "edit":
             edits.append(command)
         elif kind == "apt":
-            apt += what.split()
+            apt += [p for a in what.split() for p in (a, *RECOMMENDED.get(a, ()))]
         elif kind == "qhull":
             apt += QHULL_APT
         elif kind == "other":
