@@ -72,6 +72,12 @@ def main() -> None:
     shared = Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else SHARED
     work.mkdir(parents=True, exist_ok=True)
     ipath, rows = prepare(work, shared)
+    print(json.dumps(measure(work, ipath, rows), indent=1))
+
+
+def measure(work: Path, ipath: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Build the instances' environments cold then warm (``WORK/envs``), then grade
+    ``WORK/preds-{gold,noop,empty}.json``: the times and what each instance got."""
     root = str(work / "envs")
     out: dict[str, Any] = {}
     for phase in ("cold", "warm"):
@@ -100,7 +106,7 @@ def main() -> None:
         else:
             got["stderr"] = done.stderr[-800:]
         out[name] = got
-    print(json.dumps(out, indent=1))
+    return out
 
 
 if __name__ == "__main__":

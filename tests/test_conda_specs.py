@@ -58,11 +58,11 @@ def test_each_apt_entry_is_a_debian_package(name: str) -> None:
     assert conda.read(f"dependencies: [{name}]") == conda.CondaEnv(apt=conda.APT[name])
 
 
-@pytest.mark.parametrize("name", sorted(conda.PROVIDED) + sorted(conda.ABSENT))
+@pytest.mark.parametrize("name", sorted(conda.PROVIDED) + sorted(conda.ABSENT) + sorted(conda.GUI))
 def test_each_entry_installed_by_nothing_installs_nothing(name: str) -> None:
     got = conda.read(f"dependencies: [{name}]")
     assert got.packages == got.apt == got.unsupported == ()
-    assert bool(got.left_out) == (name in conda.ABSENT)
+    assert bool(got.left_out) == (name in conda.ABSENT or name in conda.GUI)
 
 
 def test_each_absent_entry_is_not_on_pypi(tmp_path: Path) -> None:
@@ -94,6 +94,7 @@ def test_each_absent_entry_is_not_on_pypi(tmp_path: Path) -> None:
         ("scipy 1.5.*", "scipy==1.5.*"),
         ("scipy=1.5.2=py39_0", "scipy==1.5.2.*"),
         ("conda-forge::pandas<2", "pandas<2"),
+        ("nbconvert[execute]!=6.0.0,!=6.0.1", "nbconvert[execute]!=6.0.0,!=6.0.1"),
     ],
 )
 def test_condas_pins_are_pips(conda_pin: str, pip_pin: str) -> None:
@@ -140,6 +141,50 @@ def test_xarrays_environment_yml_as_swebench_reads_it(make_repo: MakeRepo) -> No
         "setuptools<81",
     )
     assert entry.note is not None and "cdms2" in entry.note
+
+
+def test_matplotlibs_environment_yml_as_swebench_reads_it(make_repo: MakeRepo) -> None:
+    """matplotlib 3.7.1's ``environment.yml`` (cut): its GUI toolkits left out, said in the
+    note with what stands for SWE-bench's TeX Live and Qhull download (issue 43)."""
+    yml = (
+        "name: mpl-dev\nchannels: [conda-forge]\ndependencies:\n  - cairocffi\n  - numpy>=1.20\n"
+        "  - pygobject\n  - pyqt\n  - wxpython\n  - colorspacious\n  - graphviz\n  - sphinx-design\n"
+        "  - pip\n  - pip:\n      - pikepdf\n  - flake8>=3.8\n  - gtk4\n"
+        "  - nbconvert[execute]!=6.0.0,!=6.0.1\n  - pytest-xdist\n"
+    )
+    repo = make_repo({"environment.yml": yml, "setupext.py": "MPLSETUPCFG\n"})
+    qhull = ['QHULL_TAR="/tmp/qhull-2020-src-8.0.2.tgz"', 'wget -O "$QHULL_TAR" "$QHULL_URL"']
+    spec = {"python": "3.11", "packages": "environment.yml", "install": "python -m pip install -e .",
+            "pre_install": ["apt-get install -y imagemagick texlive cm-super", *qhull],
+            "pip_packages": ["numpy==1.25.2", "setuptools==68.1.2"]}  # fmt: skip
+    table = Table(
+        {"matplotlib/matplotlib": {"3.7": spec}}, {}, {"matplotlib/matplotlib": ("environment.yml",)}
+    )
+    entry = lookup(table, "matplotlib/matplotlib", "3.7", read=functools.partial(read_text, str(repo)))
+    env = entry.environment
+    assert env.unsupported() is None and env.inplace
+    assert env.apt == (
+        "graphviz",
+        "imagemagick",
+        "ghostscript",
+        "libqhull-dev",
+        "libfreetype-dev",
+        "pkg-config",
+    )
+    assert env.packages == (
+        "cairocffi",
+        "PyQt5",
+        "colorspacious",
+        "sphinx-design",
+        "pikepdf",
+        "flake8>=3.8",
+        "nbconvert[execute]!=6.0.0,!=6.0.1",
+        "pytest-xdist",
+        "numpy==1.25.2",
+        "setuptools==68.1.2",
+    )
+    note = entry.note or ""
+    assert all(w in note for w in ("pygobject", "wxpython", "gtk4", "TeX Live", "FreeType 2.6.1"))
 
 
 def test_a_conda_spec_mapped_to_pypi_builds(make_repo: MakeRepo, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from aexec._records import ExpectedFailures
 from aexec._records import TestResult as Result
 from aexec._runners import ids_of_instance
 from aexec._serde import candidate as from_json
-from aexec._stages.grade import grade, swebench_id, unmatched
+from aexec._stages.grade import grade, matches, swebench_id, unmatched
 
 from .test_swebench import diff_of, make_git_repo, run_swebench
 
@@ -42,6 +42,15 @@ from .test_swebench import diff_of, make_git_repo, run_swebench
 def test_the_pytest_options_name_of_an_id(pytest_id: str, name: str) -> None:
     assert swebench_id(pytest_id, "pytest_options") == name
     assert swebench_id(pytest_id, "pytest") == pytest_id
+
+
+def test_the_matplotlib_name_of_an_id() -> None:
+    """``parse_log_matplotlib`` writes ``MouseButton.LEFT`` as ``1``, ``.RIGHT`` as ``3``."""
+    ran = "lib/matplotlib/tests/test_widgets.py::test_x[MouseButton.LEFT-MouseButton.RIGHT]"
+    name = "lib/matplotlib/tests/test_widgets.py::test_x[1-3]"
+    assert swebench_id(ran, "matplotlib") == name and swebench_id(ran, "pytest") == ran
+    assert matches(name, [ran], "matplotlib") == [ran] and matches(name, [ran], "pytest") == []
+    assert ids_of_instance("matplotlib__matplotlib-25311") == "matplotlib"
 
 
 def test_each_repo_gets_its_own_parsers_names() -> None:

@@ -52,8 +52,8 @@ LANGUAGE_NAMES: Final[tuple[LanguageName, ...]] = (
 RunnerName = Literal["pytest", "unittest", "django", "sympy"]
 RUNNER_NAMES: Final[tuple[RunnerName, ...]] = ("pytest", "unittest", "django", "sympy")
 #: How expected pytest ids name the tests: as SWE-bench's parser of that name writes them.
-TestIds = Literal["pytest", "pytest_options"]
-TEST_IDS: Final[tuple[TestIds, ...]] = ("pytest", "pytest_options")
+TestIds = Literal["pytest", "pytest_options", "matplotlib"]
+TEST_IDS: Final[tuple[TestIds, ...]] = ("pytest", "pytest_options", "matplotlib")
 
 #: The failure-class vocabulary in the spec's order (§3.5): the order tables print it in.
 FAILURE_CLASSES: Final[tuple[FailureClass, ...]] = get_args(FailureClass)

@@ -10,7 +10,7 @@ import pytest
 
 from aexec._environments.edits import EditError, apply, included, parse, repinned, without_pins
 from aexec._environments.spec import EnvSpec, from_json
-from aexec._environments.swebench import Table, from_spec, lookup
+from aexec._environments.swebench import Table, build_notes, from_spec, lookup
 from aexec._errors import RequestError
 
 SPHINX_SETUP = """install_requires = [
@@ -195,13 +195,23 @@ def test_real_spec_entries_that_need_more_say_what_in_one_line() -> None:
     assert _unsupported("django/django", DJANGO_22) == (
         "Python 3.5: aexec's driver runs on Python 3.6 or later"
     )
-    mpl = _unsupported("matplotlib/matplotlib", MATPLOTLIB_35) or ""
-    assert "\n" not in mpl and mpl.count(";") == 0 and "qhull.org" in mpl  # the one reason
-    assert from_spec("matplotlib/matplotlib", MATPLOTLIB_35).apt == (
+    # matplotlib (issue 43): its Qhull download is Debian's libqhull-dev, its build links
+    # Debian's FreeType; TeX Live and dvipng are left out (unpacked, TeX has no formats).
+    mpl = from_spec("matplotlib/matplotlib", {**MATPLOTLIB_35, "packages": "numpy"})
+    assert mpl.unsupported() is None and mpl.inplace
+    # imagemagick's Ghostscript: apt-get install -y brings it (a recommends) in SWE-bench's image
+    assert mpl.apt == (
         "imagemagick",
+        "ghostscript",
         "ffmpeg",
-        "texlive",
-        "dvipng",
+        "libqhull-dev",
+        "libfreetype-dev",
+        "pkg-config",
+    )
+    notes = build_notes(MATPLOTLIB_35)
+    assert len(notes) == 2 and "usetex tests skip" in notes[0] and "FreeType 2.6.1" in notes[1]
+    assert from_spec("matplotlib/matplotlib", MATPLOTLIB_35).system == (
+        "conda: no environment.yml in the checkout",
     )
     other = {**PYTEST_63, "eval_commands": ["export DJANGO_SETTINGS=x"]}
     assert "eval_commands sets DJANGO_SETTINGS=x" in (_unsupported("pytest-dev/pytest", other) or "")

@@ -130,6 +130,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_ab.report",
             "_ab.harness",
             "_environments.conda",
+            "_environments.preinstall",
             "_environments.swebench",
             "_swebench",
             "_serve",

@@ -3,10 +3,11 @@ cannot be had (pure; SWE-bench's xarray and matplotlib specs).
 
 Each dependency is looked up in the tables below, never guessed: a name PyPI has
 (`SAME`, or under another name: `RENAMED`) becomes a pip requirement with conda's pin
-translated (`pin`); a C library PyPI's wheels carry, or conda's own tooling, is
-nothing to install (`PROVIDED`); a program Debian has becomes one of the
-environment's ``apt`` packages (`APT`); a package neither PyPI nor Debian has is left
-out with its reason where the tests that use it skip without it (`ABSENT`). Any other
+translated (`pin`) and its extras kept (``nbconvert[execute]``); a C library PyPI's
+wheels carry, or conda's own tooling, is nothing to install (`PROVIDED`); a program
+Debian has becomes one of the environment's ``apt`` packages (`APT`); a package neither
+PyPI nor Debian has is left out with its reason where the tests that use it skip without
+it (`ABSENT`), and so is a GUI toolkit PyPI has no Linux wheel of (`GUI`). Any other
 name is ``unsupported``, naming it. The ``pip:`` list is read as pip requirements.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 import attrs
 import yaml
 
-__all__ = ["ABSENT", "APT", "PROVIDED", "RENAMED", "SAME", "CondaEnv", "pin", "read"]
+__all__ = ["ABSENT", "APT", "GUI", "PROVIDED", "RENAMED", "SAME", "CondaEnv", "pin", "read"]
 
 #: conda-forge names PyPI has under the same name (case and ``_``/``-`` aside).
 SAME = frozenset(
@@ -32,6 +33,8 @@ SAME = frozenset(
         "cartopy",
         "cfgrib",
         "cftime",
+        "colorspacious",
+        "colour-science",
         "contourpy",
         "coverage",
         "cycler",
@@ -39,6 +42,8 @@ SAME = frozenset(
         "dask-expr",
         "distributed",
         "flox",
+        "flake8",
+        "flake8-docstrings",
         "fonttools",
         "fsspec",
         "h5netcdf",
@@ -52,10 +57,12 @@ SAME = frozenset(
         "joblib",
         "kiwisolver",
         "lxml",
+        "meson-python",
         "mypy",
         "nbconvert",
         "nbformat",
         "nc-time-axis",
+        "ninja",
         "netcdf4",
         "numba",
         "numbagg",
@@ -78,12 +85,14 @@ SAME = frozenset(
         "pydap",
         "pydata-sphinx-theme",
         "pydocstyle",
+        "pystemmer",
         "pyparsing",
         "pytest",
         "pytest-asyncio",
         "pytest-cov",
         "pytest-env",
         "pytest-github-actions-annotate-failures",
+        "pytest-playwright",
         "pytest-mypy-plugins",
         "pytest-rerunfailures",
         "pytest-timeout",
@@ -92,6 +101,7 @@ SAME = frozenset(
         "pytz",
         "pyyaml",
         "rasterio",
+        "ruff",
         "scipy",
         "seaborn",
         "setuptools",
@@ -100,8 +110,11 @@ SAME = frozenset(
         "sparse",
         "sphinx",
         "sphinx-copybutton",
+        "sphinx-design",
         "sphinx-gallery",
+        "sphinx-tags",
         "toolz",
+        "tox",
         "tornado",
         "typing_extensions",
         "zarr",
@@ -148,7 +161,15 @@ ABSENT = {
     "cdms2": "conda-forge only (no PyPI release): xarray's tests that need it skip "
     "(an expected one is then unresolved)",
 }
-_ENTRY = re.compile(r"^(?:[\w.-]+::)?([A-Za-z0-9_][A-Za-z0-9._-]*)\s*(.*)$")
+#: conda-forge's GUI toolkits, left out: PyPI has no Linux wheel of them (sdists that build
+#: against GTK's or wxWidgets' development files); matplotlib's tests of their backends
+#: skip without them (and without a display, as in SWE-bench's image).
+GUI = {
+    "pygobject": "no Linux wheel on PyPI: matplotlib's GTK backends' tests skip",
+    "gtk4": "conda-forge's GTK 4: matplotlib's GTK 4 backends' tests skip",
+    "wxpython": "no Linux wheel on PyPI: matplotlib's wx backends' tests skip",
+}
+_ENTRY = re.compile(r"^(?:[\w.-]+::)?([A-Za-z0-9_][A-Za-z0-9._-]*)(\[[A-Za-z0-9_,.-]+\])?\s*(.*)$")
 _PEP440_OP = re.compile(r"^(==|>=|<=|!=|~=|<|>)")
 _PIP_REQ = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?\s*([<>=!~][^;#]*)?$")
 
@@ -198,7 +219,7 @@ def pin(constraint: str) -> str | None:
 
 def _conda(item: str, env: dict[str, list[str]]) -> None:
     m = _ENTRY.match(item.strip())
-    name, spec = (m.group(1), m.group(2)) if m else (item, "")
+    name, extras, spec = (m.group(1), m.group(2) or "", m.group(3)) if m else (item, "", "")
     k = key(name)
     if m is None or (translated := pin(spec)) is None:
         env["unsupported"].append(f"conda: {item} (not a constraint pip can say)")
@@ -206,10 +227,10 @@ def _conda(item: str, env: dict[str, list[str]]) -> None:
         return
     elif k in APT:
         env["apt"] += APT[k]
-    elif k in ABSENT:
-        env["left_out"].append(f"conda's {name}: {ABSENT[k]}")
+    elif k in ABSENT or k in GUI:
+        env["left_out"].append(f"conda's {name}: {ABSENT.get(k) or GUI[k]}")
     elif k in _SAME or k in _RENAMED:
-        env["packages"].append(_RENAMED.get(k, name) + translated)
+        env["packages"].append(_RENAMED.get(k, name) + extras + translated)
     else:
         env["unsupported"].append(f"conda: {name} (in no table of PyPI or Debian names)")
 

@@ -2,7 +2,8 @@
 ``swebench`` package, 4.1.0; the optional extra ``aexec[swebench]``, imported only here
 and only when asked) read into an `EnvSpec` and the spec's test command, as data.
 
-`from_spec` is pure. What SWE-bench's image runs before the tests is read, never run:
+`from_spec` is pure. What SWE-bench's image runs before the tests is read, never run
+(each command by `aexec._environments.preinstall`):
 
 - ``pre_install``: a ``sed -i 's/A/B/'`` edit (or sphinx's ``grep -q X F && sed … ||
   sed …``) of ``setup.py`` / ``setup.cfg`` / ``pyproject.toml`` becomes one of the
@@ -20,12 +21,15 @@ and only when asked) read into an `EnvSpec` and the spec's test command, as data
 - ``packages: environment.yml``: read by `aexec._environments.conda`'s tables; it and
   ``packages: requirements.txt``'s file are, as SWE-bench reads them, the instance's
   ``environment_setup_commit``'s where the checkout's git holds it (`lookup`'s ``files``),
-  else the work tree's (a checkout made from an sdist), the note saying which.
+  else aexec's copy of it (`aexec._environments.setup_files`), else the work tree's (a
+  checkout made from an sdist), the note saying which;
+- matplotlib's download of Qhull's sources (``QHULL_…=``, ``wget``, ``mkdir``, ``tar``):
+  Debian's Qhull and FreeType in the environment's ``apt``, which its in-place build
+  links (`aexec._environments.inplace`); TeX Live is left out (`build_notes` says why).
 
 A spec that needs more than that is an `EnvSpec` whose ``system`` says, in one line
 each, what is missing (an ``env_broken`` ``unsupported`` observation when run): no
-``environment.yml`` in the checkout, a conda package no table names, another command;
-matplotlib (its build needs qhull's sources, downloaded by its ``pre_install``). A
+``environment.yml`` in the checkout, a conda package no table names, another command. A
 Python the machine lacks (SWE-bench's 3.5) is said when the environment is built.
 
 An install that builds C extensions in place (``setup.py build``, ``build_ext``,
@@ -63,18 +67,25 @@ import attrs
 from .._errors import RequestError
 from .commits import Files
 from .conda import read as read_conda
-from .edits import EditError, norm, parse
-from .spec import SETUP_FILES, EnvSpec
+from .edits import norm, parse
+from .preinstall import (
+    LOCALE_SETUP,
+    QHULL_APT,
+    RECOMMENDED,
+    build_notes,
+    exported_var,
+    left_out,
+    pre_install,
+    replacements,
+    run_note,
+    utf8_locale,
+)
+from .spec import EnvSpec
 
 __all__ = ["SpecEntry", "Table", "from_spec", "load_table", "lookup", "repo_of"]
 
 #: Repos whose install builds C extensions in place (SWE-bench's install hides it).
 C_EXTENSION_REPOS = frozenset({"astropy/astropy", "scikit-learn/scikit-learn", "matplotlib/matplotlib"})
-#: Of those, the ones whose in-place build needs what cannot be had here: the one reason.
-UNSUPPORTED_BUILDS = {
-    "matplotlib/matplotlib": "builds C extensions in place against qhull's sources, which its"
-    " pre_install downloads (wget) from qhull.org, a host this machine does not reach"
-}
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
 #: pip builds the repo in the environment, after its packages (scikit-learn <= 1.4); as it
 #: does a repo without ``pyproject.toml`` (its legacy path, ``setup.py develop``).
@@ -85,17 +96,6 @@ _CONDA_PKG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:(==?|<=?|>=?|!=)([A-Za
 #: (gone from 81 on), which the era's code imports (sphinx <= 5's entry points).
 SETUPTOOLS = "setuptools<81"
 _FALLBACK_PYTHON = "3.11"  # the EnvSpec of a spec with no Python: unsupported anyway
-#: Django's locale setup (``pre_install`` of 1.7-2.2, ``eval_commands`` of 3.0-3.2).
-_LOCALE_SETUP = frozenset(
-    {
-        "apt-get update && apt-get install -y locales",
-        "echo 'en_US UTF-8' > /etc/locale.gen",
-        "locale-gen en_US.UTF-8",
-        "sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen",
-    }
-)
-_EXPORT = re.compile(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
-_LOCALE_VARS = frozenset({"LANG", "LC_ALL", "LANGUAGE", "LC_CTYPE", "LC_MESSAGES"})
 #: An entry of the conda list, as pip can install here what conda installs:
 #: - a bare name on a Python conda no longer builds for: its last build there (defaults'
 #:   Cython for 3.6 is 0.29.x; PyPI's Cython 3 still ships 3.6 wheels, and scikit-learn
@@ -109,7 +109,6 @@ CONDA_AS_PIP = {
 }
 _PINNED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==|<=|>=|~=|!=|<|>)")
 NO_YML = "conda: no environment.yml in the checkout"
-_APT = re.compile(r"apt-get (?:-y )?install (?:-y )?(.*)$")
 
 
 @attrs.frozen
@@ -186,11 +185,13 @@ def from_spec(
     edits: list[str] = []
     other: list[str] = []
     for command in map(str, spec.get("pre_install") or ()):
-        kind, what = _pre_install(command, requirements)
+        kind, what = pre_install(command, requirements)
         if kind == "edit":
             edits.append(command)
         elif kind == "apt":
-            apt += what.split()
+            apt += [p for a in what.split() for p in (a, *RECOMMENDED.get(a, ()))]
+        elif kind == "qhull":
+            apt += QHULL_APT
         elif kind == "other":
             other.append(what)
     if other:
@@ -200,19 +201,17 @@ def from_spec(
     # An edit of pyproject.toml pins its [build-system] requires (astropy's setuptools==68.0.0):
     # the build's, not the environment's, whose pip_packages pin stays.
     repinned = {
-        norm(n) for c in edits if parse(c).path != "pyproject.toml" for n in _PINNED.findall(_replacements(c))
+        norm(n) for c in edits if parse(c).path != "pyproject.toml" for n in _PINNED.findall(replacements(c))
     }
     packages = [p for p in packages if _name(p) not in repinned]
     if not any(_name(p) == "setuptools" for p in packages):
         packages.append(SETUPTOOLS)
     for command in map(str, spec.get("eval_commands") or ()):
-        if command not in _LOCALE_SETUP and _export(command) is None:
+        if command not in LOCALE_SETUP and exported_var(command) is None:
             system.append(f"eval_commands runs {command[:120]!r} before the tests")
-        elif (exported := _export(command)) is not None and not _utf8_locale(*exported):
+        elif (exported := exported_var(command)) is not None and not utf8_locale(*exported):
             system.append(f"eval_commands sets {command[7:][:120]}, which aexec's runs do not carry")
     inplace = repo in C_EXTENSION_REPOS or bool(_IN_PLACE.search(install))
-    if repo in UNSUPPORTED_BUILDS and "qhull" in " ".join(map(str, spec.get("pre_install") or ())).lower():
-        system = [UNSUPPORTED_BUILDS[repo]]
     extras = tuple(e.strip() for m in _EXTRAS.findall(install) for e in m.split(",") if e.strip())
     mode = "deps" if install else "none"
     try:
@@ -229,7 +228,7 @@ def from_spec(
             build_constraints=tuple(p for p in packages if _name(p) == "setuptools" and p != "setuptools")
             or (SETUPTOOLS,),
             repo_version=version if version and re.match(r"^\d+(\.\d+)*$", version) else None,
-            apt=tuple(dict.fromkeys(apt)),
+            apt=tuple(dict.fromkeys(a for a in apt if left_out(a) is None)),
             setup_commit=setup_commit,
         )
     except RequestError as e:  # e.g. Python "3.5" is a version, but not one EnvSpec takes
@@ -239,56 +238,6 @@ def from_spec(
 def _name(requirement: str) -> str:
     """A requirement's project name, normalised (``Jinja2<3.0`` -> ``jinja2``)."""
     return norm(re.split(r"[^A-Za-z0-9._-]", requirement)[0])
-
-
-def _pre_install(command: str, requirements: list[str]) -> tuple[str, str]:
-    """What one ``pre_install`` command is to aexec: ``edit`` (of a setup file the build
-    reads), ``noop`` (tox.ini's ``-rA``, the locale setup), ``apt`` (its packages), or
-    ``other`` (one line saying what it needs)."""
-    if command in _LOCALE_SETUP:
-        return "noop", "the run's locale is C.UTF-8"
-    apt = _APT.search(command)
-    if apt is not None and command.startswith("apt-get"):
-        return "apt", " ".join(w for w in apt.group(1).split() if not w.startswith("-"))
-    try:
-        edit = parse(command)
-    except EditError:
-        return "other", f"pre_install runs {command[:120]!r}"
-    if edit.path in (*SETUP_FILES, *requirements):
-        return "edit", command
-    subst = edit.subst
-    if edit.path == "tox.ini" and edit.guard is None and subst.replacement == subst.pattern + " -rA":
-        return "noop", "pytest's -rA only changes its text report, which aexec does not read"
-    return "other", f"pre_install edits {edit.path} ({command[:120]!r}), a file the build does not read"
-
-
-def _replacements(command: str) -> str:
-    edit = parse(command)
-    return " ".join(s.replacement for s in (edit.subst, edit.otherwise) if s is not None)
-
-
-def _export(command: str) -> tuple[str, str] | None:
-    m = _EXPORT.match(command.strip())
-    return None if m is None else (m.group(1), m.group(2).strip("'\""))
-
-
-def _utf8_locale(name: str, value: str) -> bool:
-    """An exported variable aexec's ``C.UTF-8`` runs stand in for: a UTF-8 locale (or
-    ``LANGUAGE=en_US:en``: C's messages are English), ``PYTHONIOENCODING=utf8``."""
-    if name == "PYTHONIOENCODING":
-        return value.lower().replace("-", "") == "utf8"
-    if name == "LANGUAGE":
-        return all(p.split("_")[0] in ("en", "C") for p in value.split(":"))
-    return name in _LOCALE_VARS and value.lower().replace("-", "").endswith(".utf8")
-
-
-def run_note(spec: Mapping[str, Any]) -> str | None:
-    """What aexec runs in place of a spec's locale setup and exports, or None."""
-    exported = [e for c in spec.get("eval_commands") or () if (e := _export(str(c))) is not None]
-    if not exported:
-        return None
-    said = ", ".join(f"{n}={v}" for n, v in exported)
-    return f"SWE-bench's eval_commands export {said}: aexec runs under LANG=LC_ALL=C.UTF-8 (UTF-8, as theirs)"
 
 
 @attrs.frozen
@@ -373,7 +322,7 @@ def lookup(
     ymls = table.environment_ymls.get(repo, ("environment.yml",))
     yml_at, yml = next(((p, t) for p in ymls if (t := text(p)) is not None), (None, None))
     listed = spec.get("packages")
-    notes = [run_note(spec)]
+    notes = [run_note(spec), *build_notes(spec)]
     if files is not None and files.asked and listed in ("requirements.txt", "environment.yml"):
         notes.append(_source(files, found if listed == "requirements.txt" else yml_at or ymls[0]))
     if listed == "environment.yml" and yml is not None:

@@ -13,7 +13,8 @@ package is not found in them.
 ``system/aexec-system.json`` says what is there and what a run needs to find it
 (`run_env`): the prefix's ``bin`` directories on ``PATH``, its library directories on
 ``LD_LIBRARY_PATH``, ``PKG_CONFIG_PATH``, ``XDG_DATA_DIRS`` (dictionaries, fonts),
-and for graphviz ``GVBINDIR`` (its plugins' configuration, made by ``dot -c`` as its
+for Ghostscript ``GS_LIB`` (its initialisation files and fonts), and for graphviz
+``GVBINDIR`` (its plugins' configuration, made by ``dot -c`` as its
 maintainer script would). The run's view binds the environment read-only, the prefix
 with it.
 """
@@ -133,6 +134,15 @@ def _env(prefix: str) -> dict[str, list[str]]:
         "PKG_CONFIG_PATH": _dirs(prefix, "usr/lib/*-linux-gnu*/pkgconfig", "usr/share/pkgconfig"),
         "XDG_DATA_DIRS": _dirs(prefix, "usr/share"),
         "GVBINDIR": _dirs(prefix, "usr/lib/*-linux-gnu*/graphviz"),
+        # Ghostscript's initialisation files and fonts (compiled in at /usr/share).
+        "GS_LIB": _dirs(
+            prefix,
+            "usr/share/ghostscript/*/Resource/Init",
+            "usr/share/ghostscript/*/lib",
+            "usr/share/ghostscript/*/Resource/Font",
+            "usr/share/ghostscript/fonts",
+            "usr/share/fonts/type1/urw-base35",
+        ),
     }
     return {k: v for k, v in env.items() if v}
 

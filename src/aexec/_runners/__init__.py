@@ -234,7 +234,10 @@ _PYTEST_OPTIONS: Final = frozenset({"psf/requests", "pydicom/pydicom", "pylint-d
 
 def ids_of_instance(instance_id: str) -> TestIds:
     """Whose names a SWE-bench instance's expected ids are (`aexec._stages.grade.swebench_id`)."""
-    return "pytest_options" if repo_of_instance_id(instance_id) in _PYTEST_OPTIONS else "pytest"
+    repo = repo_of_instance_id(instance_id)
+    if repo == "matplotlib/matplotlib":  # ``parse_log_matplotlib``
+        return "matplotlib"
+    return "pytest_options" if repo in _PYTEST_OPTIONS else "pytest"
 
 
 def choose_runner(

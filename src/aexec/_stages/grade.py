@@ -72,7 +72,10 @@ def swebench_id(test: str, rule: TestIds) -> str:
     ``pytest``: the id itself. ``pytest_options``: a parametrized id's parameters (from
     its first ``[`` to its last ``]``) that start with one ``/`` and hold no ``*`` stand
     for ``/`` and their last path component: ``t.py::f[/tmp/x/m.py]`` → ``t.py::f[/m.py]``.
+    ``matplotlib``: ``MouseButton.LEFT`` is ``1`` and ``MouseButton.RIGHT`` ``3``.
     """
+    if rule == "matplotlib":
+        return test.replace("MouseButton.LEFT", "1").replace("MouseButton.RIGHT", "3")
     start, end = test.find("["), test.rfind("]")
     if rule == "pytest" or start < 0 or end < start:
         return test

@@ -1,0 +1,146 @@
+# ruff: noqa: W293  (the diffs below keep their context lines, a space on a blank line)
+"""A real SWE-bench Verified matplotlib instance (issue 43), ``matplotlib__matplotlib-25311``
+(spec 3.7: Python 3.11, ``environment.yml``, apt packages, Qhull's download, an in-place
+build), built and graded as a new user would: ``--specs swebench``, gold, no-op, empty.
+
+    python benchmarks/swebench_matplotlib.py WORKDIR
+
+The dataset's row (its ``patch``, ``test_patch``, FAIL_TO_PASS and PASS_TO_PASS) is
+below. Its base commit (``430fb1db``, on main before 3.8) is not in a checkout here; the
+checkout stands in for it: matplotlib 3.7.1's sdist (which has the fix, backported) with
+``PKG-INFO`` and the generated ``_version.py`` removed, the row's ``patch`` and
+``test_patch`` reverted, and ``mpl_toolkits`` an implicit namespace package, as main had
+it (its ``__init__.py`` and ``setup.py``'s ``namespace_packages`` removed: 3.7.x's
+``pkg_resources`` namespace declaration warns under SWE-bench's setuptools 68.1.2, and
+matplotlib's tests turn warnings into errors). Then ``swebench_dev.measure``:
+the environment cold and warm, the three predictions graded (``WORKDIR/report-*.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from _sdists import checkout, help_asked
+from swebench_dev import _noop, measure
+
+ID = "matplotlib__matplotlib-25311"
+PATCH = """\
+diff --git a/lib/matplotlib/offsetbox.py b/lib/matplotlib/offsetbox.py
+--- a/lib/matplotlib/offsetbox.py
++++ b/lib/matplotlib/offsetbox.py
+@@ -1505,7 +1505,6 @@ def __init__(self, ref_artist, use_blit=False):
+         if not ref_artist.pickable():
+             ref_artist.set_picker(True)
+         self.got_artist = False
+-        self.canvas = self.ref_artist.figure.canvas
+         self._use_blit = use_blit and self.canvas.supports_blit
+         self.cids = [
+             self.canvas.callbacks._connect_picklable(
+@@ -1514,6 +1513,9 @@ def __init__(self, ref_artist, use_blit=False):
+                 'button_release_event', self.on_release),
+         ]
+ 
++    # A property, not an attribute, to maintain picklability.
++    canvas = property(lambda self: self.ref_artist.figure.canvas)
++
+     def on_motion(self, evt):
+         if self._check_still_parented() and self.got_artist:
+             dx = evt.x - self.mouse_x
+"""
+TEST_PATCH = """\
+diff --git a/lib/matplotlib/tests/test_pickle.py b/lib/matplotlib/tests/test_pickle.py
+--- a/lib/matplotlib/tests/test_pickle.py
++++ b/lib/matplotlib/tests/test_pickle.py
+@@ -1,6 +1,7 @@
+ from io import BytesIO
+ import ast
+ import pickle
++import pickletools
+ 
+ import numpy as np
+ import pytest
+@@ -88,6 +89,7 @@ def _generate_complete_test_figure(fig_ref):
+ 
+     plt.subplot(3, 3, 9)
+     plt.errorbar(x, x * -0.5, xerr=0.2, yerr=0.4)
++    plt.legend(draggable=True)
+ 
+ 
+ @mpl.style.context("default")
+@@ -95,9 +97,13 @@ def _generate_complete_test_figure(fig_ref):
+ def test_complete(fig_test, fig_ref):
+     _generate_complete_test_figure(fig_ref)
+     # plotting is done, now test its pickle-ability
+-    pkl = BytesIO()
+-    pickle.dump(fig_ref, pkl, pickle.HIGHEST_PROTOCOL)
+-    loaded = pickle.loads(pkl.getbuffer())
++    pkl = pickle.dumps(fig_ref, pickle.HIGHEST_PROTOCOL)
++    # FigureCanvasAgg is picklable and GUI canvases are generally not, but there should
++    # be no reference to the canvas in the pickle stream in either case.  In order to
++    # keep the test independent of GUI toolkits, run it with Agg and check that there's
++    # no reference to FigureCanvasAgg in the pickle stream.
++    assert "FigureCanvasAgg" not in [arg for op, arg, pos in pickletools.genops(pkl)]
++    loaded = pickle.loads(pkl)
+     loaded.canvas.draw()
+ 
+     fig_test.set_size_inches(loaded.get_size_inches())
+"""
+PICKLE = "lib/matplotlib/tests/test_pickle.py::"
+F2P = [PICKLE + "test_complete[png]"]
+P2P = [
+    PICKLE + t
+    for t in [
+        *["test_simple", "test_gcf", "test_no_pyplot", "test_renderer", "test_image", "test_polar"],
+        *["test_transform", "test_rrulewrapper", "test_shared", "test_inset_and_secondary"],
+        *(f"test_cmap[cmap{i}]" for i in range(166)),
+        *["test_unpickle_canvas", "test_mpl_toolkits", "test_standard_norm", "test_dynamic_norm"],
+        "test_vertexselector",
+    ]
+]
+
+
+def base(repo: str) -> None:
+    """3.7.1's sdist as the instance's base (see the module docstring)."""
+    for path in ("PKG-INFO", "lib/matplotlib/_version.py", "lib/mpl_toolkits/__init__.py"):
+        os.remove(os.path.join(repo, path))
+    setup = os.path.join(repo, "setup.py")
+    with open(setup) as f:
+        text = f.read()
+    with open(setup, "w") as f:
+        f.write(text.replace('    namespace_packages=["mpl_toolkits"],\n', ""))
+    for patch in (PATCH, TEST_PATCH):
+        subprocess.run(["git", "apply", "-R"], input=patch, text=True, cwd=repo, check=True)
+
+
+def main() -> None:
+    if help_asked(__doc__, sys.argv[1:]) or len(sys.argv) < 2:
+        print((__doc__ or "").strip())
+        return
+    work = Path(sys.argv[1]).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    repo = checkout(str(work), "matplotlib==3.7.1", prepare=base)
+    row = {
+        "instance_id": ID,
+        "repo": repo,
+        "repo_name": "matplotlib/matplotlib",
+        "version": "3.7",
+        "base_commit": "430fb1db88843300fb4baae3edc499bbfe073b0c",
+        "patch": PATCH,
+        "test_patch": TEST_PATCH,
+        "FAIL_TO_PASS": json.dumps(F2P),
+        "PASS_TO_PASS": json.dumps(P2P),
+    }
+    ipath = work / "instances.json"
+    ipath.write_text(json.dumps([row], indent=1))
+    for name, patch in (("gold", PATCH), ("noop", _noop(Path(repo), PATCH)), ("empty", "")):
+        pred = {"instance_id": ID, "model_name_or_path": name, "model_patch": patch}
+        (work / f"preds-{name}.json").write_text(json.dumps([pred], indent=1))
+    print(json.dumps(measure(work, ipath, [row]), indent=1))
+
+
+if __name__ == "__main__":
+    main()
