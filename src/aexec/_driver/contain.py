@@ -198,7 +198,7 @@ def import_first_uses(spec: Instructions) -> None:
     `runners.FIRST_USE_IMPORTS`); a test runner's run imports what it imports."""
     if not is_suite(spec):
         for name in runners.FIRST_USE_IMPORTS:
-            if name not in sys.modules:  # a fork server's child has them all
+            if sys.modules.get(name) is None:  # a fork server's child has them all (None: blocked)
                 __import__(name)
 
 
