@@ -202,3 +202,16 @@ def aexec_in_process(
             structlog.reset_defaults()  # main configures it for the process: not for the next test
     status = 0 if code is None else int(code)  # type: ignore[call-overload]
     return subprocess.CompletedProcess(["aexec", *args], status, out.getvalue(), err.getvalue())
+
+
+def built_or_skip(env: Any, repo: str, root: str) -> Any:
+    """``ensure(env, repo, root)``: the environment built, or the test skipped when PyPI
+    cannot be reached (a machine without the index; never a failure of aexec's)."""
+    from aexec._environments.build import ensure
+
+    try:
+        return ensure(env, repo, root)
+    except Exception as e:
+        if "pypi" in str(e).lower() or "connect" in str(e).lower():
+            pytest.skip(f"PyPI cannot be reached: {e}")
+        raise

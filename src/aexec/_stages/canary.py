@@ -153,15 +153,7 @@ def split(ev: Evidence, canary: Canary | None) -> tuple[Evidence, CanaryReport |
     crashed = ev.pytest_exit is None and failing
     interrupted = failing and not any(not t.collection for t in ev.tests)
     stopped = ev.timed_out or ev.oom_killed or ev.signal is not None or crashed or interrupted
-    report = CanaryReport(
-        file=scrub(canary.path, canary),
-        fail_test=scrub(canary.fail, canary),
-        fail=fail,
-        pass_test=scrub(canary.passes, canary),
-        passed=passed,
-        message_seen=seen,
-        stopped=stopped,
-    )
+    report = _report(canary, fail, passed, seen, stopped)
     exit_code, pytest_exit = ev.exit_code, ev.pytest_exit
     own = bool(errors) or any(t.verdict in _FAILED for t in tests)
     if fail in _FAILED and not (stopped or own) and exit_code == 1 and pytest_exit in (1, None):
@@ -173,6 +165,19 @@ def split(ev: Evidence, canary: Canary | None) -> tuple[Evidence, CanaryReport |
         ev, tests=tests, errors=errors, exit_code=exit_code, pytest_exit=pytest_exit, in_flight=in_flight
     )
     return out, report
+
+
+def _report(canary: Canary, fail: str, passed: str, seen: bool, stopped: bool) -> CanaryReport:
+    """What the canary showed, under its fixed labels (`scrub`)."""
+    return CanaryReport(
+        file=scrub(canary.path, canary),
+        fail_test=scrub(canary.fail, canary),
+        fail=fail,
+        pass_test=scrub(canary.passes, canary),
+        passed=passed,
+        message_seen=seen,
+        stopped=stopped,
+    )
 
 
 def _split_suite(ev: Evidence, lang: LanguageEvidence, canary: Canary) -> tuple[Evidence, CanaryReport]:
@@ -192,15 +197,8 @@ def _split_suite(ev: Evidence, lang: LanguageEvidence, canary: Canary) -> tuple[
         or any(not f.message.startswith(named) for f in found)
         or any(t.nodeid == canary.path and t.verdict == "errored" for t in tests)
     )
-    report = CanaryReport(
-        file=scrub(canary.path, canary),
-        fail_test=scrub(canary.fail, canary),
-        fail=fail,
-        pass_test=scrub(canary.passes, canary),
-        passed=passed,
-        message_seen=any(canary.message in f.message + (f.exception or "") for f in mine),
-        stopped=stopped,
-    )
+    seen = any(canary.message in f.message + (f.exception or "") for f in mine)
+    report = _report(canary, fail, passed, seen, stopped)
     exit_code = ev.exit_code
     alone = not found and not any(t.verdict in _FAILED for t in tests)
     if fail in _FAILED and alone and not stopped and exit_code == lang_canary.FAILED_EXIT[canary.runner]:
