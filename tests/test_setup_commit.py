@@ -67,6 +67,7 @@ def _instances(tmp_path: Path, repo: Path, setup_commit: str) -> Path:
 def test_xarrays_environment_yml_is_read_at_the_setup_commit(tmp_path: Path) -> None:
     """xarray 0.12's base commits (2019-2020) have no ``ci/requirements/environment.yml``;
     its setup commit (2021) has: the instance's environment is read from that one."""
+    pytest.importorskip("swebench")  # SWE-bench's table: the extra (.ci/run runs it)
     yml = "name: xarray-tests\ndependencies:\n  - toolz\n  - cdms2\n  - pip:\n    - numbagg\n"
     repo, _, setup = _repo(tmp_path / "xarray", {"setup.py": "\n"}, {YML: yml})
     assert not (repo / YML).exists()
@@ -79,6 +80,7 @@ def test_xarrays_environment_yml_is_read_at_the_setup_commit(tmp_path: Path) -> 
 
 def test_without_the_setup_commit_the_work_tree_is_read_and_said(tmp_path: Path) -> None:
     """A checkout whose git lacks the setup commit (made from an sdist): its work tree."""
+    pytest.importorskip("swebench")  # SWE-bench's table: the extra (.ci/run runs it)
     repo, _, _ = _repo(tmp_path / "xarray", {"setup.py": "\n", YML: "dependencies: [toolz]\n"}, {"x": ""})
     absent = "0123456789abcdef0123456789abcdef01234567"
     instance = load_instances(str(_instances(tmp_path, repo, absent)), specs="swebench")[
@@ -164,6 +166,7 @@ def test_a_checkout_without_history_reads_the_setup_commits_file_aexec_ships(tmp
     """The held-out checkouts may hold one commit of the base's tree: xarray 0.12's base
     (2019) has no environment.yml and the setup commit is not there. aexec's copy of that
     commit's file is read, and the note says so."""
+    pytest.importorskip("swebench")  # SWE-bench's table: the extra (.ci/run runs it)
     from aexec._environments.setup_files import SHIPPED
 
     assert {c: hashlib.sha256(t.encode()).hexdigest() for (c, _), t in SHIPPED.items()} == XARRAY_YML_SHA256
