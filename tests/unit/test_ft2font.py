@@ -70,15 +70,12 @@ RELEASES = ["3.5.3", "3.6.0", "3.6.3", "3.7.0", "3.7.0rc1", "3.7.1", "3.7.5", "3
 
 
 def test_the_releases_tried_nearest_first() -> None:
-    # SWE-bench's version of an untagged checkout: that minor's releases, then outwards.
-    assert ft2font.candidates(RELEASES, "3.7", limit=6) == [
-        "3.7.0",
-        "3.7.1",
-        "3.7.5",
-        "3.8.0",
-        "3.6.3",
-        "3.8.1",
-    ]
+    # SWE-bench's version of an untagged checkout (main between 3.7 and 3.8): 3.7's first
+    # release, the next one, 3.7's last, the rest of 3.7, then outwards.
+    got = ft2font.candidates(RELEASES, "3.7", limit=6)
+    assert got == ["3.7.0", "3.8.0", "3.7.5", "3.7.1", "3.6.3", "3.8.1"]
+    three_six = ["3.6.0", "3.6.1", "3.6.2", "3.6.3", "3.7.0", "3.7.1"]
+    assert ft2font.candidates(three_six, "3.6") == ["3.6.0", "3.7.0", "3.6.3", "3.6.1", "3.6.2"]
     # A tagged checkout's next release: it, then later before earlier as far away.
     assert ft2font.candidates(RELEASES, "3.8.0.dev120+gabc", limit=4) == ["3.8.0", "3.8.1", "3.7.5", "3.9.0"]
     assert ft2font.candidates(RELEASES, "3.7.1", limit=3) == ["3.7.1", "3.7.5", "3.7.0"]

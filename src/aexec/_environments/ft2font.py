@@ -164,23 +164,21 @@ def _release(version: str) -> tuple[int, ...]:
 
 def candidates(releases: Iterable[str], hint: str, limit: int = MAX_CANDIDATES) -> list[str]:
     """The final ``releases`` to try for a checkout whose version is ``hint`` (``3.7``,
-    ``3.7.1``, ``3.8.0.dev12+g…``), nearest first: those ``hint`` is a prefix of in
-    ascending order, then the others by their distance from it in release order (a later
-    one before an earlier one as far away); at most ``limit``."""
+    ``3.7.1``, ``3.8.0.dev12+g…``), likeliest first: the first release ``hint`` is a prefix
+    of (a branch's start), the next after those (main's next), their last (backports), the
+    rest of them, then the others by their distance from ``hint`` in release order (a
+    later one before an earlier one as far away); at most ``limit``."""
     want = _release(hint)
     finals = sorted({r for r in releases if _RELEASE.match(r)}, key=_release)
     if not want or want[0] == 0:  # setuptools-scm's version of an untagged checkout
         return []
-    keys = [_release(r) for r in finals]
-    same = [r for r, k in zip(finals, keys, strict=True) if k[: len(want)] == want]
+    same = [r for r in finals if _release(r)[: len(want)] == want]
     others = [r for r in finals if r not in same]
     at = bisect.bisect_left([_release(r) for r in others], want)
-
-    def distance(i: int) -> tuple[int, int]:
-        return (i - at, 0) if i >= at else (at - i - 1, 1)
-
-    ranked = sorted(range(len(others)), key=distance)
-    return [*same, *(others[i] for i in ranked)][:limit]
+    # Later before earlier as far away.
+    ranked = [others[i] for i in sorted(range(len(others)), key=lambda i: (abs(i - at + 0.5), i < at))]
+    order = [*same[:1], *ranked[:1], *same[-1:], *same[1:-1], *ranked[1:]]
+    return list(dict.fromkeys(order))[:limit]
 
 
 def glibc() -> tuple[int, int]:
