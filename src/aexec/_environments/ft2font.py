@@ -33,6 +33,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
+from http.client import HTTPException
 from pathlib import Path
 
 import attrs
@@ -291,7 +292,7 @@ def _extension(wheel: _File, name: str, cache: str, tmp: str) -> str | None:
         if f"matplotlib/{name}" not in z.namelist():
             return None
         os.makedirs(os.path.dirname(kept), exist_ok=True)
-        part = kept + ".part"
+        part = os.path.join(tmp, name)  # this call's: moved into the cache whole
         with z.open(f"matplotlib/{name}") as src, open(part, "wb") as dst:
             shutil.copyfileobj(src, dst)
         os.replace(part, kept)
@@ -358,7 +359,7 @@ def adopt(copy: str, repo: str, root: str, hint: str, interpreter: str, check: C
     name = os.path.basename(built[0])
     try:
         release, so, rels, tried = pick(repo, root, hint, name, python, index_url(os.environ))
-    except (OSError, ValueError, tarfile.TarError, zipfile.BadZipFile) as e:
+    except (OSError, ValueError, KeyError, HTTPException, tarfile.TarError, zipfile.BadZipFile) as e:
         log.info("ft2font_kept", reason=str(e))
         return Adopted(f"ft2font built against {own_said}: the release wheels could not be had ({e})", None)
     if release is None or so is None:
