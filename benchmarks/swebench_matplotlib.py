@@ -17,9 +17,11 @@ the environment cold and warm, the three predictions graded (``WORKDIR/report-*.
 
 Then `text`: the row again with image comparisons that render text among its
 PASS_TO_PASS (`TEXT`: their baselines are FreeType 2.6.1's), graded with the gold patch
-(the environment's ft2font: a release wheel's, FreeType 2.6.1) and with the gold patch
+(the environment's ft2font: a release wheel's, FreeType 2.6.1), with the gold patch
 plus a comment in ``src/ft2font.cpp`` (the run rebuilds ft2font against Debian's
-FreeType 2.12.1: they fail), and what ``environment.inplace_note`` says of each.
+FreeType 2.12.1: they fail), and plus one in ``src/_path_wrapper.cpp`` (the run
+rebuilds ``_path`` alone: the wheel's ft2font stays), and what
+``environment.inplace_note`` says of each.
 """
 
 from __future__ import annotations
@@ -123,6 +125,16 @@ diff --git a/src/ft2font.cpp b/src/ft2font.cpp
  
  #define NO_IMPORT_ARRAY
 """
+PATH_COMMENT = """\
+diff --git a/src/_path_wrapper.cpp b/src/_path_wrapper.cpp
+--- a/src/_path_wrapper.cpp
++++ b/src/_path_wrapper.cpp
+@@ -1,3 +1,4 @@
++// aexec: a comment, which rebuilds _path only
+ #include "numpy_cpp.h"
+ 
+ #include "_path.h"
+"""
 
 
 def text(work: Path, row: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +142,8 @@ def text(work: Path, row: dict[str, Any]) -> dict[str, Any]:
     ipath = work / "instances-text.json"
     ipath.write_text(json.dumps([{**row, "PASS_TO_PASS": json.dumps([*P2P, *TEXT])}], indent=1))
     out: dict[str, Any] = {}
-    for name, patch in (("gold", PATCH), ("gold-ft2font-rebuilt", PATCH + FT2FONT_COMMENT)):
+    cases = [("gold", PATCH), ("gold-ft2font-rebuilt", PATCH + FT2FONT_COMMENT)]
+    for name, patch in [*cases, ("gold-path-rebuilt", PATCH + PATH_COMMENT)]:
         pred = {"instance_id": ID, "model_name_or_path": name, "model_patch": patch}
         (work / f"preds-text-{name}.json").write_text(json.dumps([pred], indent=1))
         report = work / f"report-text-{name}.json"
