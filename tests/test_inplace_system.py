@@ -6,7 +6,8 @@ Real apt (Debian's libqhull-dev, fetched and unpacked), real gcc, real runs: a r
 shaped as matplotlib's build is (its ``setupext.py`` names ``MPLSETUPCFG``; its
 ``setup.py`` reads that file and links ``qhull_r``), built once for the base and again
 in a candidate's copy whose patch touches the C source. The tests the candidates run
-call Qhull through the extension.
+call Qhull through the extension. And Ghostscript, which matplotlib compares PDF and EPS
+output with, unpacked and run from an environment's prefix (``GS_LIB``).
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@ cannot be had (pure; SWE-bench's xarray and matplotlib specs).
 
 Each dependency is looked up in the tables below, never guessed: a name PyPI has
 (`SAME`, or under another name: `RENAMED`) becomes a pip requirement with conda's pin
-translated (`pin`) and its extras kept (``nbconvert[execute]``); a C library PyPI's wheels carry, or conda's own tooling, is
-nothing to install (`PROVIDED`); a program Debian has becomes one of the
-environment's ``apt`` packages (`APT`); a package neither PyPI nor Debian has is left
-out with its reason where the tests that use it skip without it (`ABSENT`), and so is a
-GUI toolkit PyPI has no Linux wheel of (`GUI`). Any other
+translated (`pin`) and its extras kept (``nbconvert[execute]``); a C library PyPI's
+wheels carry, or conda's own tooling, is nothing to install (`PROVIDED`); a program
+Debian has becomes one of the environment's ``apt`` packages (`APT`); a package neither
+PyPI nor Debian has is left out with its reason where the tests that use it skip without
+it (`ABSENT`), and so is a GUI toolkit PyPI has no Linux wheel of (`GUI`). Any other
 name is ``unsupported``, naming it. The ``pip:`` list is read as pip requirements.
 """
 

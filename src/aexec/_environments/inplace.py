@@ -17,7 +17,9 @@ builder per key (`store.once`); a base that does not build is ``env_broken`` kin
 ``build`` with the log's tail (recorded: the next ask fails at once, never the
 candidate's). The build runs ``python setup.py build_ext --inplace`` (what ``pip install
 -e .`` does for the extensions) in a copy of the base under ``tmp/``: never the repo,
-never a candidate's patch.
+never a candidate's patch. It finds the environment's Debian packages (`library_env`:
+their headers and libraries); a matplotlib checkout is told (``MPLSETUPCFG``) to link
+them in place of the FreeType and Qhull sources its build would download.
 
 A candidate's copy gets the artifacts before its patch (`carry`, with their times, so
 that the build tools see them up to date); when a patch touches a compiled source or a

@@ -18,12 +18,14 @@ and only when asked) read into an `EnvSpec` and the spec's test command, as data
 - ``apt-get install -y PKGS`` (in ``pre_install``, or ``apt-pkgs``): the environment's
   ``apt``, unpacked into its own prefix (`aexec._environments.system`);
 - ``packages: environment.yml``: the checkout's (``read``, `lookup`), read by
-  `aexec._environments.conda`'s tables.
+  `aexec._environments.conda`'s tables;
+- matplotlib's download of Qhull's sources (``QHULL_…=``, ``wget``, ``mkdir``, ``tar``):
+  Debian's Qhull and FreeType in the environment's ``apt``, which its in-place build
+  links (`aexec._environments.inplace`); TeX Live is left out (`build_notes` says why).
 
 A spec that needs more than that is an `EnvSpec` whose ``system`` says, in one line
 each, what is missing (an ``env_broken`` ``unsupported`` observation when run): no
-``environment.yml`` in the checkout, a conda package no table names, another command;
-matplotlib (its build needs qhull's sources, downloaded by its ``pre_install``). A
+``environment.yml`` in the checkout, a conda package no table names, another command. A
 Python the machine lacks (SWE-bench's 3.5) is said when the environment is built.
 
 An install that builds C extensions in place (``setup.py build``, ``build_ext``,
@@ -78,12 +80,12 @@ QHULL_APT = ("libqhull-dev", "libfreetype-dev", "pkg-config")
 #: (``--no-install-recommends``) does not, and tests need: imagemagick's Ghostscript
 #: (matplotlib compares PDF and EPS output through ``gs``; without it they skip).
 RECOMMENDED = {"imagemagick": ("ghostscript",)}
-#: apt packages left out, and why (said in the instance's note).
-APT_LEFT_OUT = {
-    "texlive": "TeX Live unpacked outside / has no formats (fmtutil is a maintainer script):"
+#: Why TeX Live's apt packages (``texlive*``, ``cm-super``, ``dvipng``) are left out.
+TEX_LEFT_OUT = (
+    "TeX Live unpacked outside / has no formats (fmtutil is a maintainer script):"
     " left out with cm-super and dvipng, so matplotlib's usetex tests skip (an expected one is"
-    " then unresolved)",
-}
+    " then unresolved)"
+)
 _IN_PLACE = re.compile(r"setup\.py (build|develop)|build_ext|--no-build-isolation")
 #: pip builds the repo in the environment, after its packages (scikit-learn <= 1.4); as it
 #: does a repo without ``pyproject.toml`` (its legacy path, ``setup.py develop``).
@@ -269,10 +271,8 @@ def _pre_install(command: str, requirements: list[str]) -> tuple[str, str]:
 
 
 def _left_out(package: str) -> str | None:
-    """Why an apt package is left out of the environment (`APT_LEFT_OUT`), or None."""
-    if package.startswith("texlive") or package in ("cm-super", "dvipng"):
-        return APT_LEFT_OUT["texlive"]
-    return None
+    """Why an apt package is left out of the environment (`TEX_LEFT_OUT`), or None."""
+    return TEX_LEFT_OUT if package.startswith("texlive") or package in ("cm-super", "dvipng") else None
 
 
 def _replacements(command: str) -> str:
