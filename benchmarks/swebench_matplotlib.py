@@ -14,6 +14,14 @@ it (its ``__init__.py`` and ``setup.py``'s ``namespace_packages`` removed: 3.7.x
 ``pkg_resources`` namespace declaration warns under SWE-bench's setuptools 68.1.2, and
 matplotlib's tests turn warnings into errors). Then ``swebench_dev.measure``:
 the environment cold and warm, the three predictions graded (``WORKDIR/report-*.json``).
+
+Then `text`: the row again with image comparisons that render text among its
+PASS_TO_PASS (`TEXT`: their baselines are FreeType 2.6.1's), graded with the gold patch
+(the environment's ft2font: a release wheel's, FreeType 2.6.1), with the gold patch
+plus a comment in ``src/ft2font.cpp`` (the run rebuilds ft2font against Debian's
+FreeType 2.12.1: they fail), and plus one in ``src/_path_wrapper.cpp`` (the run
+rebuilds ``_path`` alone: the wheel's ft2font stays), and what
+``environment.inplace_note`` says of each.
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from _sdists import checkout, help_asked
+from _sdists import aexec, checkout, help_asked
 from swebench_dev import _noop, measure
 
 ID = "matplotlib__matplotlib-25311"
@@ -103,6 +112,56 @@ P2P = [
 ]
 
 
+#: Image comparisons with text (no ``remove_text``): FreeType 2.6.1's baselines.
+TEXT = ["lib/matplotlib/tests/test_axes.py::test_formatter_ticker[png]"]
+TEXT += ["lib/matplotlib/tests/test_text.py::test_multiline[png]"]
+FT2FONT_COMMENT = """\
+diff --git a/src/ft2font.cpp b/src/ft2font.cpp
+--- a/src/ft2font.cpp
++++ b/src/ft2font.cpp
+@@ -1,3 +1,4 @@
++// aexec: a comment, which rebuilds ft2font
+ /* -*- mode: c++; c-basic-offset: 4 -*- */
+ 
+ #define NO_IMPORT_ARRAY
+"""
+PATH_COMMENT = """\
+diff --git a/src/_path_wrapper.cpp b/src/_path_wrapper.cpp
+--- a/src/_path_wrapper.cpp
++++ b/src/_path_wrapper.cpp
+@@ -1,3 +1,4 @@
++// aexec: a comment, which rebuilds _path only
+ #include "numpy_cpp.h"
+ 
+ #include "_path.h"
+"""
+
+
+def text(work: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """`TEXT` graded with the environment's ft2font and with Debian's (see the docstring)."""
+    ipath = work / "instances-text.json"
+    ipath.write_text(json.dumps([{**row, "PASS_TO_PASS": json.dumps([*P2P, *TEXT])}], indent=1))
+    out: dict[str, Any] = {}
+    cases = [("gold", PATCH), ("gold-ft2font-rebuilt", PATCH + FT2FONT_COMMENT)]
+    for name, patch in [*cases, ("gold-path-rebuilt", PATCH + PATH_COMMENT)]:
+        pred = {"instance_id": ID, "model_name_or_path": name, "model_patch": patch}
+        (work / f"preds-text-{name}.json").write_text(json.dumps([pred], indent=1))
+        report = work / f"report-text-{name}.json"
+        argv = ["swebench", str(work / f"preds-text-{name}.json"), str(ipath), "-o", str(report)]
+        seconds, done = aexec(*argv, "--specs", "swebench", "--no-cache", root=str(work / "envs"))
+        (work / f"grade-text-{name}.log").write_text(done.stderr)
+        d = json.loads(report.read_text())["instances"][ID] if done.returncode == 0 else {}
+        status = d.get("tests_status") or {}
+        out[name] = {
+            "seconds": round(seconds, 1),
+            "resolved": d.get("resolved"),
+            "text": {t: t in status.get("PASS_TO_PASS", {}).get("success", []) for t in TEXT},
+            "inplace_note": (d.get("environment") or {}).get("inplace_note"),
+            "stderr": None if done.returncode == 0 else done.stderr[-800:],
+        }
+    return out
+
+
 def base(repo: str) -> None:
     """3.7.1's sdist as the instance's base (see the module docstring)."""
     for path in ("PKG-INFO", "lib/matplotlib/_version.py", "lib/mpl_toolkits/__init__.py"):
@@ -139,7 +198,7 @@ def main() -> None:
     for name, patch in (("gold", PATCH), ("noop", _noop(Path(repo), PATCH)), ("empty", "")):
         pred = {"instance_id": ID, "model_name_or_path": name, "model_patch": patch}
         (work / f"preds-{name}.json").write_text(json.dumps([pred], indent=1))
-    print(json.dumps(measure(work, ipath, [row]), indent=1))
+    print(json.dumps({**measure(work, ipath, [row]), "text": text(work, row)}, indent=1))
 
 
 if __name__ == "__main__":

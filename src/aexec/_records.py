@@ -193,6 +193,8 @@ class Environment:
     lock_hash: str | None = None
     inplace_key: str | None = None
     inplace_rebuilt: bool | None = None
+    #: What the in-place build has in place of the repo's own build (matplotlib's ft2font).
+    inplace_note: str | None = None
 
 
 @attrs.frozen

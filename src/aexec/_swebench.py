@@ -243,14 +243,8 @@ def candidate(instance: Instance, prediction: Prediction) -> Candidate:
 
 
 #: What an instance's ``environment`` says in the report: what it ran in (else None).
-PROVENANCE = (
-    "toolchain",
-    "toolchain_version",
-    "environment_key",
-    "lock_hash",
-    "inplace_key",
-    "inplace_rebuilt",
-)
+PROVENANCE: tuple[str, ...] = ("toolchain", "toolchain_version", "environment_key", "lock_hash")
+PROVENANCE += ("inplace_key", "inplace_rebuilt", "inplace_note")
 
 
 def _detail(instance: Instance, prediction: Prediction, obs: ExecutionObservation | None) -> dict[str, Any]:

@@ -90,6 +90,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_environments.commits",
             "_environments.system",
             "_environments.build",
+            "_environments.ft2font",
             "_environments.inplace",
         ],
     ),
@@ -336,6 +337,7 @@ HASHERS = {
     "_scaleout.archive",
     "_environments.build",  # content hashes of setup files and locks (the keys: keys.py)
     "_environments.inplace",  # content hashes of compiled sources (the key: keys.py)
+    "_environments.ft2font",  # a checkout's sources compared with a release's (no key)
 }
 
 

@@ -78,7 +78,8 @@ def build_main(args: Any) -> int:
         try:
             built = ensure(spec, repo, root)
             if spec.inplace:  # the repo's C extensions too, built in place once per base
-                ensure_inplace(built, repo, root, exclude_newer=exclude_newer_of(spec, repo))
+                exclude = exclude_newer_of(spec, repo)
+                ensure_inplace(built, repo, root, exclude_newer=exclude, repo_version=spec.repo_version)
             result: Built | EnvBroken = built
         except EnvBroken as e:
             result = e

@@ -40,14 +40,14 @@ import shutil
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 
 from .._boundary.trees import copy_ignore
 from .._log import get_logger
 from .._stages.keys import inplace_key
-from . import confine, system, versions
+from . import confine, ft2font, system, versions
 from .build import Built
 from .edits import norm
 from .spec import EnvBroken
@@ -100,6 +100,9 @@ class InPlace:
     seconds: float
     #: What else a build's process is given (`library_env`: the environment's libraries).
     extra: tuple[tuple[str, str], ...] = ()
+    #: matplotlib's ft2font: which it is (`ft2font.adopt`), and the files that decided it.
+    ft2font: str | None = None
+    ft2font_sources: tuple[str, ...] = ()
 
     def build_env(self) -> dict[str, str]:
         """What a build adds to its process's environment."""
@@ -267,9 +270,12 @@ def carry(inplace: InPlace, work: str) -> None:
         shutil.copy2(os.path.join(inplace.artifacts, rel), dst)
 
 
-def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | None = None) -> InPlace:
+def ensure_inplace(
+    built: Built, repo: str, root: str, *, exclude_newer: str | None = None, repo_version: str | None = None
+) -> InPlace:
     """``repo``'s base with its extensions built in place, for environment ``built``: from
-    the cache, or built once per key (whoever else asks). Raises `EnvBroken` ``build``."""
+    the cache, or built once per key (whoever else asks). Raises `EnvBroken` ``build``.
+    ``repo_version``: the checkout's version where git has no tag (`ft2font.adopt`'s hint)."""
     start = time.monotonic()
     repo, root = os.path.abspath(repo), os.path.abspath(root)
     if not os.path.isfile(os.path.join(repo, "setup.py")):
@@ -282,7 +288,7 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
     requires = lacking(build_requires(repo), lock)
     # The key names what is built, not how many compilers build it (the machine's cores).
     config = mplsetup(repo)
-    named = [*build_argv("python"), *([f"MPLSETUPCFG={config}"] if config else [])]
+    named = [*build_argv("python"), *([f"MPLSETUPCFG={config}", ft2font.KEY_TAG] if config else [])]
     key = inplace_key(environment=built.key, requires=requires, sources=sources(repo), argv=named)
     argv = build_argv(built.python, jobs=max(1, min(4, os.cpu_count() or 1)))
     home = os.path.join(root, "inplace", key)
@@ -298,7 +304,8 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
         made = tuple(str(p) for p in listed) if isinstance(listed, list) else ()
         version = str(marker.get("version", "0.0.0"))
         took = time.monotonic() - start
-        return InPlace(key, files, made, overlay, version, cached, took, tuple(sorted(extra.items())))
+        env = tuple(sorted(extra.items()))
+        return InPlace(key, files, made, overlay, version, cached, took, env, *ft2font.recorded(marker))
 
     def build() -> dict[str, object]:
         shutil.rmtree(home, ignore_errors=True)  # a build that died half way
@@ -340,6 +347,14 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
                     "build",
                     f"the in-place build failed (exit {rc}); log {logfile}; its tail:\n{said}",
                 )
+            adopted = None
+            if config is not None:  # matplotlib: FreeType 2.6.1's ft2font where a release has it
+                hint, py = versions.version(repo, repo_version), built.interpreter_version
+
+                def check(args: list[str], env: Mapping[str, str]) -> tuple[int | None, str]:
+                    return run_build([built.python, *args], copy, built.python, {**given, **env}, 600.0, root)
+
+                adopted = ft2font.adopt(copy, repo, root, hint, py, check)
             found = artifacts(copy, repo)
             for rel in found:
                 os.makedirs(os.path.dirname(os.path.join(files, rel)), exist_ok=True)
@@ -348,6 +363,8 @@ def ensure_inplace(built: Built, repo: str, root: str, *, exclude_newer: str | N
             shutil.rmtree(work, ignore_errors=True)
         marker: dict[str, object] = {"key": key, "environment": built.key, "files": found, "version": version}
         marker["requires"] = requires
+        if adopted is not None:
+            marker["ft2font"] = attrs.asdict(adopted)
         marker["seconds"] = round(time.monotonic() - start, 3)
         log.info("inplace_built", key=key[:12], files=len(found), seconds=marker["seconds"])
         return marker

@@ -116,7 +116,8 @@ def build_notes(spec: Mapping[str, Any]) -> list[str]:
             notes += [r for a in what.split() if (r := left_out(a)) is not None]
         elif kind == "qhull":
             notes.append(
-                "matplotlib is built against Debian's Qhull 2020.2 and FreeType (SWE-bench's"
-                " build: the same Qhull, FreeType 2.6.1): image comparisons that render text differ"
+                "matplotlib is built against Debian's Qhull 2020.2 and FreeType, its ft2font a release"
+                " wheel's (FreeType 2.6.1, as SWE-bench's build) where that has the checkout's sources"
+                " (environment.inplace_note says which; with Debian's, text in image comparisons differs)"
             )
     return list(dict.fromkeys(notes))

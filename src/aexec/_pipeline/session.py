@@ -27,7 +27,8 @@ from .._boundary.scratch import import_roots
 from .._boundary.supervise import Invocation, Supervisor
 from .._boundary.trees import hash_tree
 from .._environments.build import Built, default_root, ensure, exclude_newer_of
-from .._environments.inplace import InPlace, ensure_inplace, touches_build
+from .._environments.ft2font import rebuilt_note
+from .._environments.inplace import InPlace, build_argv, ensure_inplace, touches_build
 from .._log import get_logger
 from .._options import Options
 from .._raw import RawRun
@@ -216,8 +217,11 @@ class Session:
         if built is not None:
             env = attrs.evolve(env, environment_key=built.key, lock_hash=built.lock_hash)
         if inplace is not None:  # the patched run's: the candidate's and the oracle's files
-            rebuilt = touches_build([*patches.touched, *patches.oracle])
-            env = attrs.evolve(env, inplace_key=inplace.key, inplace_rebuilt=rebuilt)
+            touched = [*patches.touched, *patches.oracle]
+            rebuilt = touches_build(touched)
+            force = rebuilt and "--force" in build_argv("python", touched)
+            note = rebuilt_note(inplace.ft2font, inplace.ft2font_sources, touched if rebuilt else (), force)
+            env = attrs.evolve(env, inplace_key=inplace.key, inplace_rebuilt=rebuilt, inplace_note=note)
         repo_hash = None if candidate.repo is None else await self.repo_hash(candidate.repo)
         version = artifact_version(
             repo_hash, candidate.patch, candidate.code, candidate.command, run_inputs(candidate)
@@ -275,7 +279,8 @@ class Session:
         root = self.options.env_dir or default_root(self.options.cache_dir)
 
         def make() -> InPlace:
-            return ensure_inplace(built, repo, root, exclude_newer=exclude_newer_of(spec, repo))
+            exclude = exclude_newer_of(spec, repo)
+            return ensure_inplace(built, repo, root, exclude_newer=exclude, repo_version=spec.repo_version)
 
         got, _ = await self.inplaces.run(json.dumps([repo, root, built.key]), lambda: in_thread(make))
         return got
