@@ -200,20 +200,19 @@ def _copy_with_probe() -> Path:
     return dest
 
 
+def _worker(args: list[str], pythonpath: str) -> Any:
+    """Run this interpreter on ``args`` with ``PYTHONPATH``; the JSON of its last line."""
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def steps(n: int) -> None:
     copy = _copy_with_probe()
     log = copy / "server-steps.log"
-    env = {**os.environ, "PYTHONPATH": str(copy / "src")}
-    done = subprocess.run(
-        [sys.executable, __file__, "steps-worker", str(n)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(done.stderr[-3000:])
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = _worker([__file__, "steps-worker", str(n)], str(copy / "src"))
     time.sleep(1)  # the server writes its last line as it exits, once the worker is gone
     rows: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
     for line in got.pop("lines") + (log.read_text().splitlines() if log.exists() else []):
@@ -322,17 +321,7 @@ def ab(this: str, other: str, n: int, rounds: int) -> None:
     for r in range(rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for side in order:
-            env = {**os.environ, "PYTHONPATH": sides[side]}
-            done = subprocess.run(
-                [sys.executable, str(peers), "--boundary-worker", "whole boundary", str(n)],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if done.returncode != 0:
-                raise SystemExit(done.stderr[-3000:])
-            row = json.loads(done.stdout.strip().splitlines()[-1])
+            row = _worker([str(peers), "--boundary-worker", "whole boundary", str(n)], sides[side])
             got[side].append(row)
             print(
                 f"round {r + 1} {side}: {row['cpu_ms']:.2f} ms CPU per run (server + runs "
