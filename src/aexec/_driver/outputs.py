@@ -71,8 +71,7 @@ class Outputs:
         """Drain ``reads`` (stdout's, stderr's) of the run ``pid`` from now on."""
         run = Run(pid, reply, reads, cap)
         self.runs[pid] = run
-        for fd in reads:
-            os.set_blocking(fd, False)
+        for fd in reads:  # blocking: read only when the selector says a read will not wait
             self.sel.register(fd, selectors.EVENT_READ, run)
 
     def sockets(self) -> list[Any]:
@@ -83,8 +82,6 @@ class Outputs:
         """Read what one pipe holds (the selector said it is readable)."""
         try:
             data = os.read(fd, _CHUNK)
-        except BlockingIOError:
-            return
         except OSError:
             data = b""
         if not data:
