@@ -16,7 +16,9 @@ configuration has pytest rewrite the asserts of those modules otherwise (it ends
 `aexec._driver.rewriting.unlike_cold`, and is made again cold: `Session.execute`).
 
 The supervisor sees a `ServedProcess`, an ``anyio.abc.Process``: its pid (the outer
-process, a child of the server), its pipes, and its wait status as the server reaps it.
+process, a child of the server), its wait status as the server reaps it, and its output
+as the server drained it (``_driver/outputs.py``): the server's one select loop reads
+every run's pipes, where each run cost the library two pipes and two tasks (issue 42).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .._driver.wire import SpawnRequest
 from .._errors import AexecError
+from .._types import STREAM_CAP_BYTES
 
 #: How long a server may take to start (import pytest) before runs go cold.
 START_TIMEOUT_S = 30.0
@@ -55,54 +59,51 @@ async def _recv(sock: socket.socket) -> bytes:
             await anyio.wait_readable(sock)
 
 
-class _PipeStream(anyio.abc.ByteReceiveStream):
-    """The read end of a run's pipe (non-blocking), readable on asyncio and trio alike."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd: int | None = fd
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        while True:
-            if self._fd is None:
-                raise anyio.ClosedResourceError
-            try:
-                data = os.read(self._fd, max_bytes)
-            except BlockingIOError:
-                await anyio.wait_readable(self._fd)
-                continue
-            if not data:
-                raise anyio.EndOfStream
-            return data
-
-    async def aclose(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            anyio.notify_closing(fd)
-            os.close(fd)
-
-
 class ServedProcess(anyio.abc.Process):
-    """A run's first process as forked by a `ForkServer`: its outer process, or its init."""
+    """A run's first process as forked by a `ForkServer`: its outer process, or its init.
 
-    def __init__(
-        self, pid: int, reply: socket.socket, stdout: int, stderr: int, *, init: bool = False
-    ) -> None:
+    It has no pipes: the server drains the run's stdout and stderr and sends what it
+    kept on the run's reply socket (`wire.SpawnReply`) after the status: `wait`, then
+    `output`. Reading is cancellation-safe: each datagram is taken whole, and what was
+    read stays here for the next call.
+    """
+
+    def __init__(self, pid: int, reply: socket.socket, *, init: bool = False) -> None:
         self._pid = pid
         #: The pid is the init of the run's PID namespace (no outer process around it).
         self.init = init
         self._reply = reply
-        self._stdout = _PipeStream(stdout)
-        self._stderr = _PipeStream(stderr)
         self._returncode: int | None = None
+        #: The output's head, once received: bytes kept of stdout and stderr, and dropped.
+        self._head: tuple[int, int, list[int]] | None = None
+        self._data = bytearray()
+
+    async def _read(self) -> None:
+        """Take one datagram of the reply."""
+        msg = await _recv(self._reply)
+        if not msg:
+            raise ServerGone(f"the fork server died while run {self._pid} was running")
+        if self._head is not None:  # a part of the output
+            self._data += msg
+            return
+        reply = json.loads(msg)
+        if "status" in reply:
+            self._returncode = os.waitstatus_to_exitcode(int(reply["status"]))
+        if "out" in reply:
+            self._head = int(reply["out"]), int(reply["err"]), [int(n) for n in reply["dropped"]]
 
     async def wait(self) -> int:
-        if self._returncode is None:
-            msg = await _recv(self._reply)
-            if not msg:
-                raise ServerGone(f"the fork server died while run {self._pid} was running")
-            self._returncode = os.waitstatus_to_exitcode(int(json.loads(msg)["status"]))
+        while self._returncode is None:
+            await self._read()
         return self._returncode
+
+    async def output(self) -> tuple[bytes, bytes, list[int]]:
+        """What the server kept of stdout and of stderr, and how many bytes of each it
+        did not keep; after `wait`."""
+        while self._head is None or len(self._data) < self._head[0] + self._head[1]:
+            await self._read()
+        out, err, dropped = self._head
+        return bytes(self._data[:out]), bytes(self._data[out : out + err]), dropped
 
     def send_signal(self, sig: int) -> None:
         if self._returncode is None:  # not reaped yet: the pid is still this run's
@@ -128,16 +129,14 @@ class ServedProcess(anyio.abc.Process):
         return None
 
     @property
-    def stdout(self) -> anyio.abc.ByteReceiveStream:
-        return self._stdout
+    def stdout(self) -> None:
+        return None
 
     @property
-    def stderr(self) -> anyio.abc.ByteReceiveStream:
-        return self._stderr
+    def stderr(self) -> None:
+        return None
 
     async def aclose(self) -> None:
-        await self._stdout.aclose()
-        await self._stderr.aclose()
         self._reply.close()
 
 
@@ -273,29 +272,27 @@ class ForkServer:
         env: Mapping[str, str],
         *,
         box: bool = False,
+        cap: int = STREAM_CAP_BYTES,
     ) -> ServedProcess:
         """Fork ``argv`` (``python -s DRIVER SPEC``); raises `ServerGone` if the server is gone.
 
         With ``box`` (the spec has one) the run is forked straight into its namespaces.
+        The server keeps ``cap`` bytes of each of its stdout and stderr.
         """
         assert list(argv[:3]) == [self.python, "-s", self.driver], argv
-        spec_path = argv[3]
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         mine.setblocking(False)
-        request = json.dumps({"spec": spec_path, "cwd": cwd, "env": dict(env), "box": box}).encode()
+        request: SpawnRequest = {"spec": argv[3], "cwd": cwd, "env": dict(env), "box": box, "cap": cap}
+        data = json.dumps(request).encode()
         try:
             try:
                 while True:
                     try:
-                        socket.send_fds(self._ctrl, [request], [theirs.fileno(), out_w, err_w])
+                        socket.send_fds(self._ctrl, [data], [theirs.fileno()])
                         break
                     except BlockingIOError:
                         await anyio.wait_writable(self._ctrl)
             finally:
-                for fd in (out_w, err_w):
-                    os.close(fd)
                 theirs.close()
             # Shielded: once the request is sent the server forks, and a run whose pid
             # was never read could not be killed. Its answer is immediate.
@@ -306,15 +303,13 @@ class ForkServer:
                 raise ServerGone("the fork server exited")
         except BaseException as e:
             mine.close()
-            os.close(out_r)
-            os.close(err_r)
             if isinstance(e, (OSError, anyio.ClosedResourceError)):
                 e = ServerGone(f"the fork server is gone: {e!r}")
             if isinstance(e, ServerGone) and not self._retired:  # a retired one ends its runs
                 self.close()
             raise e from None
         reply = json.loads(msg)
-        return ServedProcess(int(reply["pid"]), mine, out_r, err_r, init=bool(reply.get("init")))
+        return ServedProcess(int(reply["pid"]), mine, init=bool(reply.get("init")))
 
     def close(self) -> None:
         """Stop the server; runs it started and that are still going die with it."""

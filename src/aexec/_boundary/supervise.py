@@ -1,11 +1,10 @@
 """Stage (c): execute (spec §3.3) — the only place that spawns and kills a run.
 
-The supervisor spawns the driver (cold, or forked by a warm `ForkServer`) under the
-declared boundary, streams both pipes into capped buffers while it keeps draining them,
-enforces the wall-clock deadline with a cancel scope, and kills the whole process tree
-deterministically: the run's cgroups (``cgroup.kill``), the PID namespace's init, or
-the process group, by what `Isolation` the run has. It captures raw artifacts and
-judges nothing.
+The supervisor spawns the driver (cold, or forked by a warm `ForkServer`, which drains
+the run's output for it) under the declared boundary, streams both pipes of a cold run
+into capped buffers, enforces the wall-clock deadline with a cancel scope, and kills the
+whole process tree: the run's cgroups (``cgroup.kill``), the PID namespace's init, or the
+process group, by what `Isolation` the run has. It judges nothing.
 
 `Supervisor` is the seam: the pipeline calls ``supervisor.execute(invocation)``, and a
 test (or a harness) may pass its own in (``observe_many(..., supervisor=...)``), e.g.
@@ -24,7 +23,7 @@ import anyio
 import anyio.abc
 import attrs
 
-from .._driver.wire import REPORT_CAP_BYTES, Record, decode_report
+from .._driver.wire import EOF_GRACE_S, REPORT_CAP_BYTES, Record, decode_report
 from .._log import get_logger
 from .._raw import RawRun
 from .._types import STREAM_CAP_BYTES, TRUNCATION_MARKER
@@ -34,8 +33,6 @@ from .isolation import Isolation
 
 log = get_logger(__name__)
 
-#: After the process exits, how long its pipes may stay open before the tree is killed.
-EOF_GRACE_S = 1.0
 #: How long a killed run may take to be reaped before the wrapper itself is killed.
 KILL_WAIT_S = 5.0
 _CHUNK = 65536
@@ -94,10 +91,15 @@ class _Sink:
             self.done.set()
 
     def text(self) -> str:
-        text = self.kept.decode("utf-8", errors="replace")
-        if self.dropped:
-            text += TRUNCATION_MARKER.format(dropped=self.dropped, stream=self.name, cap=self.cap)
-        return text
+        return _text(self.name, bytes(self.kept), self.dropped, self.cap)
+
+
+def _text(name: str, kept: bytes, dropped: int, cap: int) -> str:
+    """A stream's kept bytes as text, with the marker of what was not kept."""
+    text = kept.decode("utf-8", errors="replace")
+    if dropped:
+        text += TRUNCATION_MARKER.format(dropped=dropped, stream=name, cap=cap)
+    return text
 
 
 def _children(pid: int) -> list[int]:
@@ -197,7 +199,9 @@ async def execute(inv: Invocation) -> RawRun:
 async def _spawn(inv: Invocation) -> anyio.abc.Process:
     if inv.server is not None and inv.server.alive:
         try:
-            return await inv.server.spawn(inv.argv, inv.cwd, inv.env, box=inv.isolation.namespaces)
+            return await inv.server.spawn(
+                inv.argv, inv.cwd, inv.env, box=inv.isolation.namespaces, cap=inv.stream_cap
+            )
         except ServerGone as e:
             log.warning("forkserver_gone", run=inv.run, error=str(e))
     return await anyio.open_process(
@@ -219,30 +223,50 @@ class _MemoryWatch:
     waiting for a killed worker (``multiprocessing.Pool``) would wait to its deadline."""
 
     def __init__(self) -> None:
-        self.scope = anyio.CancelScope()
         self.killed_usage: tuple[float | None, int | None] | None = None
 
-    async def watch(self, proc: anyio.abc.Process, inv: Invocation, isolation: Isolation) -> None:
+    @staticmethod
+    def floor(inv: Invocation, isolation: Isolation) -> int | None:
+        """The memory held that kills the run; None: the run's memory is not watched."""
         cgroups, caps = isolation.cgroups, inv.caps
         if cgroups is None or caps is None or not cgroups.memory:
+            return None
+        return at_cap(caps.memory_bytes)
+
+    def check(self, proc: anyio.abc.Process, inv: Invocation, isolation: Isolation, floor: int) -> bool:
+        """One reading; the run is killed (and True returned) if it is at its cap."""
+        cgroups = isolation.cgroups
+        assert cgroups is not None
+        held = cgroups.memory_held(inv.run, floor)
+        if not ((held is not None and held >= floor) or cgroups.oom_killed(inv.run)):
+            return False
+        log.info("memory_cap_kill", run=inv.run, held_mib=None if held is None else held >> 20)
+        cpu, peak = _tree_usage(proc.pid)
+        tree_peak = cgroups.memory_peak(inv.run)  # a process the OOM killer took counts
+        self.killed_usage = cpu, max(peak or 0, (tree_peak or 0) >> 20) or None
+        _kill_tree(proc, inv, isolation)
+        return True
+
+    async def wait(self, proc: anyio.abc.Process, inv: Invocation, isolation: Isolation) -> None:
+        """``proc.wait()``, reading between its waits every `MEMORY_POLL_S`: returns when
+        the run has exited, or has been killed at its cap (not yet reaped then)."""
+        floor = self.floor(inv, isolation)
+        if floor is None:
+            await proc.wait()
             return
-        floor = at_cap(caps.memory_bytes)
-        with self.scope:
-            while True:
-                await anyio.sleep(MEMORY_POLL_S)
-                held = cgroups.memory_held(inv.run, floor)
-                if (held is not None and held >= floor) or cgroups.oom_killed(inv.run):
-                    log.info("memory_cap_kill", run=inv.run, held_mib=None if held is None else held >> 20)
-                    cpu, peak = _tree_usage(proc.pid)
-                    tree_peak = cgroups.memory_peak(inv.run)  # a process the OOM killer took counts
-                    self.killed_usage = cpu, max(peak or 0, (tree_peak or 0) >> 20) or None
-                    _kill_tree(proc, inv, isolation)
-                    return
+        while True:
+            with anyio.move_on_after(MEMORY_POLL_S):
+                await proc.wait()
+                return
+            if self.check(proc, inv, isolation, floor):
+                return
 
 
 async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     start = anyio.current_time()
     proc = await _spawn(inv)
+    if isinstance(proc, ServedProcess):
+        return await _execute_served(inv, isolation, proc, start)
     out, err = _Sink("stdout", inv.stream_cap), _Sink("stderr", inv.stream_cap)
     exited = anyio.Event()
     timed_out = False
@@ -253,11 +277,9 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
             assert proc.stdout is not None and proc.stderr is not None
             tg.start_soon(out.drain, proc.stdout, exited)
             tg.start_soon(err.drain, proc.stderr, exited)
-            tg.start_soon(memory.watch, proc, inv, isolation)
             with anyio.move_on_after(inv.timeout_s) as deadline:
-                await proc.wait()
-            memory.scope.cancel()
-            if deadline.cancelled_caught:
+                await memory.wait(proc, inv, isolation)
+            if deadline.cancelled_caught or proc.returncode is None:
                 if memory.killed_usage is None:  # else killed at its memory cap already
                     timed_out = True
                     killed_usage = _tree_usage(proc.pid)
@@ -283,6 +305,57 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
     finally:
         with anyio.CancelScope(shield=True):
             await proc.aclose()
+    return _raw(inv, proc, start, timed_out, memory, killed_usage, out.text(), err.text())
+
+
+async def _execute_served(inv: Invocation, isolation: Isolation, proc: ServedProcess, start: float) -> RawRun:
+    """`_execute` for a run the fork server forked: the server drains its output, so
+    one task waits (`_MemoryWatch.wait`) where a cold run has three."""
+    timed_out = False
+    killed_usage: tuple[float | None, int | None] = (None, None)
+    memory = _MemoryWatch()
+    out, err, dropped = b"", b"", [0, 0]
+    try:
+        with anyio.move_on_after(inv.timeout_s) as deadline:
+            await memory.wait(proc, inv, isolation)
+        if deadline.cancelled_caught and memory.killed_usage is None:
+            timed_out = True
+            killed_usage = _tree_usage(proc.pid)
+            _kill_tree(proc, inv, isolation)
+        if proc.returncode is None:
+            with anyio.move_on_after(KILL_WAIT_S) as stuck:
+                await proc.wait()
+            if stuck.cancelled_caught:
+                proc.kill()
+                await proc.wait()
+        # The server gives a pipe up `EOF_GRACE_S` after the reap; this is a backstop.
+        with anyio.move_on_after(EOF_GRACE_S + KILL_WAIT_S):
+            out, err, dropped = await proc.output()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            _kill_tree(proc, inv, isolation)
+            with anyio.move_on_after(KILL_WAIT_S):
+                await proc.wait()
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await proc.aclose()
+    cap = inv.stream_cap
+    stdout, stderr = _text("stdout", out, dropped[0], cap), _text("stderr", err, dropped[1], cap)
+    return _raw(inv, proc, start, timed_out, memory, killed_usage, stdout, stderr)
+
+
+def _raw(
+    inv: Invocation,
+    proc: anyio.abc.Process,
+    start: float,
+    timed_out: bool,
+    memory: _MemoryWatch,
+    killed_usage: tuple[float | None, int | None],
+    stdout: str,
+    stderr: str,
+) -> RawRun:
+    """The run's raw artifacts, its report read."""
     duration = anyio.current_time() - start
     records, bad = _read_report(inv.report_path)
     rc = proc.returncode
@@ -300,8 +373,8 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
         signal=sig,
         timed_out=timed_out,
         duration=duration,
-        stdout=out.text(),
-        stderr=err.text(),
+        stdout=stdout,
+        stderr=stderr,
         records=records,
         bad_records=bad,
         cpu_s=cpu_s,

@@ -31,6 +31,7 @@ finds nothing of the driver's. Its modules, in the order they load:
     runners     what a run does: a snippet, a command, a compile check, pytest, steps
     contain     the boundary's steps, listed once, in order (`contain.contain`)
     startup     what a pytest start imports, learnt once per interpreter and environment
+    outputs     the fork server's side of its runs' stdout and stderr: drained, capped, sent
     serve       the fork server, which forks runs from a warm interpreter
     pyc         the bytecode job
     main        the way in: which of the above a command line asks for, and a run's end

@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import contain, kernel, rewriting, runners, startup, template, wire
+from . import contain, kernel, outputs, rewriting, runners, startup, template, wire
 
 if TYPE_CHECKING:
     from .wire import Instructions, ServerReady, SpawnRequest
@@ -151,9 +151,9 @@ def serve(
     and for a boxed run its spec as read here and its view's template (or None).
     ``startup_dir``: where what a pytest start imports is kept (`startup.modules`).
 
-    A request is one datagram ``{"spec", "cwd", "env", "box"}`` on the control socket
-    carrying three fds: the reply socket, the run's stdout and stderr. The reply socket gets
-    ``{"pid"}`` at once and ``{"status"}`` (the raw wait status) when the child is reaped.
+    A request is one datagram (`wire.SpawnRequest`) on the control socket carrying one
+    fd, the run's reply socket, which gets ``{"pid"}`` at once, ``{"status"}`` (the raw
+    wait status) when the child is reaped, and its output as `outputs` drains it.
     The server exits when aexec closes the control socket or dies (PR_SET_PDEATHSIG).
     """
     import selectors
@@ -185,25 +185,28 @@ def serve(
     sel = selectors.DefaultSelector()
     sel.register(ctrl, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
-    replies: dict[int, socket.socket] = {}
+    runs = outputs.Outputs(sel)
     inits: set[int] = set()
     draining = False
     while True:
-        for key, _ in sel.select():
-            if key.fileobj is ctrl:
-                msg, fds = _recv_fds(ctrl, 1 << 20, 3)
+        for key, _ in sel.select(runs.due()):
+            if key.data is not None:
+                runs.readable(key.fd, key.data)
+            elif key.fileobj is ctrl:
+                msg, fds = _recv_fds(ctrl, 1 << 20, 1)
                 if not msg:  # aexec is done, or gone, or retired this server (stale):
-                    if not replies:
+                    if not runs.runs:
                         os._exit(0)
                     # its runs still going end as they would have, reported as ever
                     sel.unregister(ctrl)
                     draining = True
                     continue
                 request = json.loads(msg)
-                reply, out, err = fds
+                (reply,) = fds
                 as_init = bool(request.get("box")) and kernel.SYS_CLONE is not None
                 spec, tree = boxed(request)
                 set_environ(request["env"])  # here, not in each child: see set_environ
+                (out_r, out_w), (err_r, err_w) = runs.pipes()
                 try:
                     pid = kernel.fork_init() if as_init else os.fork()
                 except OSError:  # clone refused (a seccomp filter, say): the outer way
@@ -212,7 +215,7 @@ def serve(
                 if pid == 0:
                     # Nothing of the server survives into the run: its sockets are
                     # detached (not closed later by the GC, on fds the run may reuse).
-                    for sock in (ctrl, *replies.values()):
+                    for sock in (ctrl, *runs.sockets()):
                         sock.detach()
                     sel.close()
                     signal.set_wakeup_fd(-1)
@@ -220,16 +223,17 @@ def serve(
                     # ValueError it raises and catches for a Python handler) cost a
                     # forked child ~0.15 ms of copied pages.
                     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-                    become(request, out, err, as_init=as_init, keep=tree)
+                    become(request, out_w, err_w, as_init=as_init, keep=tree)
                     template.templates.clear()  # their fds are closed but this run's
                     return str(request["spec"]), as_init, spec, tree
-                os.close(out)
-                os.close(err)
-                replies[pid] = socket.socket(fileno=reply)
+                os.close(out_w)
+                os.close(err_w)
+                sock = socket.socket(fileno=reply)
+                runs.add(pid, sock, (out_r, err_r), int(request["cap"]))
                 if as_init:
                     inits.add(pid)
                 with contextlib.suppress(OSError):
-                    replies[pid].send(json.dumps({"pid": pid, "init": as_init}).encode())
+                    sock.send(json.dumps({"pid": pid, "init": as_init}).encode())
             else:
                 with contextlib.suppress(OSError):
                     os.read(wake_r, 4096)
@@ -240,16 +244,13 @@ def serve(
                         break
                     if pid == 0:
                         break
-                    sock = replies.pop(pid)
                     if pid in inits:
                         inits.discard(pid)
                         if os.WIFSIGNALED(status):  # as the outer process reports it
                             status = (128 + os.WTERMSIG(status)) << 8
-                    with contextlib.suppress(OSError):
-                        sock.send(json.dumps({"status": status}).encode())
-                    sock.close()
-                if draining and not replies:
-                    os._exit(0)
+                    runs.reaped(pid, status)
+        if draining and not runs.runs:
+            os._exit(0)
 
 
 def send_ready(ctrl: Any, how: str) -> None:
@@ -291,21 +292,29 @@ def boxed(request: SpawnRequest) -> tuple[Instructions | None, int | None]:
         return None, None
 
 
+#: The environment the last request asked for (`set_environ`).
+_LAST_ENV: dict[str, str] = {}
+
+
 def set_environ(env: dict[str, str]) -> None:
     """Make this process's environment ``env``, in its order, as ``os.environ.clear()``
     then ``update(env)`` would: the server does it before each fork, so its child
     inherits it. A server's runs share its environment but for HOME and TMPDIR
-    (``PER_RUN_ENV``): only what differs is set, where each forked child rebuilt the
-    whole environment (half a millisecond per run, most of it copied pages). What the
-    server reads of its environment once it serves (``AEXEC_VIEW_TEMPLATE``) is the same
-    in every run's."""
-    if list(os.environ) != list(env):  # other names, or another order
+    (``PER_RUN_ENV``): only what differs from the last run's is set, where each forked
+    child rebuilt the whole environment (half a millisecond per run, most of it copied
+    pages), compared with the last request's (`_LAST_ENV`: nothing else changes the
+    server's environment) rather than with ``os.environ``, whose every read decodes.
+    What the server reads of its environment once it serves (``AEXEC_VIEW_TEMPLATE``)
+    is the same in every run's."""
+    if list(_LAST_ENV) != list(env):  # the first request, other names, or another order
         os.environ.clear()
         os.environ.update(env)
-        return
-    for name, value in env.items():
-        if os.environ[name] != value:
-            os.environ[name] = value
+    else:
+        for name, value in env.items():
+            if _LAST_ENV[name] != value:
+                os.environ[name] = value
+    _LAST_ENV.clear()
+    _LAST_ENV.update(env)
 
 
 def become(

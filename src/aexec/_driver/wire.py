@@ -155,26 +155,37 @@ FILES_DATAGRAM_BYTES = 32 * 1024
 
 
 class SpawnRequest(TypedDict):
-    """Fork a run: with it travel three fds (reply socket, the run's stdout, its stderr).
-
-    With ``box`` the server forks the run straight into new PID, mount and network
-    namespaces, as their init (no outer process, one fork fewer); the reply's ``pid``
-    is then the init's.
+    """Fork a run: with it travels one fd, the run's reply socket (`SpawnReply`). The
+    server makes and drains the run's stdout and stderr, keeping ``cap`` bytes of each
+    (``_driver/outputs.py``). With ``box`` the run is forked straight into new PID,
+    mount and network namespaces as their init; the reply's ``pid`` is then the init's.
     """
 
     spec: str
     cwd: str
     env: dict[str, str]
     box: bool
+    cap: int
 
 
 class SpawnReply(TypedDict, total=False):
-    """On the reply socket: ``pid`` at once, then the raw wait ``status`` when reaped."""
+    """On the reply socket: ``pid`` at once; the raw wait ``status`` when reaped; once
+    both pipes ended (at most `EOF_GRACE_S` after the reap) bytes kept of each (``out``,
+    ``err``) and not (``dropped``), then those bytes in datagrams of at most
+    `OUTPUT_DATAGRAM_BYTES`. ``status`` and ``out`` may share a datagram."""
 
     pid: int
     #: The pid is the init of the run's namespaces (``SpawnRequest.box``).
     init: bool
     status: int
+    out: int
+    err: int
+    dropped: list[int]
+
+
+#: After a run is reaped, how long its pipes may stay open; the most of its kept output a
+#: reply datagram carries (under a socket's send buffer).
+EOF_GRACE_S, OUTPUT_DATAGRAM_BYTES = 1.0, 64 * 1024
 
 
 # -- report records: one per event, in the order they happened --------------------------
