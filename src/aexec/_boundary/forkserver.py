@@ -97,13 +97,20 @@ class ServedProcess(anyio.abc.Process):
             await self._read()
         return self._returncode
 
-    async def output(self) -> tuple[bytes, bytes, list[int]]:
+    @property
+    def outputs(self) -> tuple[bytes, bytes, list[int]] | None:
         """What the server kept of stdout and of stderr, and how many bytes of each it
-        did not keep; after `wait`."""
-        while self._head is None or len(self._data) < self._head[0] + self._head[1]:
-            await self._read()
+        did not keep; None until all of it is read (`output`)."""
+        if self._head is None or len(self._data) < self._head[0] + self._head[1]:
+            return None
         out, err, dropped = self._head
         return bytes(self._data[:out]), bytes(self._data[out : out + err]), dropped
+
+    async def output(self) -> tuple[bytes, bytes, list[int]]:
+        """`outputs`, once read; after `wait`."""
+        while (got := self.outputs) is None:
+            await self._read()
+        return got
 
     def send_signal(self, sig: int) -> None:
         if self._returncode is None:  # not reaped yet: the pid is still this run's
@@ -136,8 +143,12 @@ class ServedProcess(anyio.abc.Process):
     def stderr(self) -> None:
         return None
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
+        """Stop listening: the server's later datagrams for this run are dropped."""
         self._reply.close()
+
+    async def aclose(self) -> None:
+        self.close()
 
 
 def top_level_names(roots: Iterable[str]) -> set[str]:
@@ -297,7 +308,7 @@ class ForkServer:
             # Shielded: once the request is sent the server forks, and a run whose pid
             # was never read could not be killed. Its answer is immediate.
             msg = b""
-            with anyio.CancelScope(shield=True), anyio.move_on_after(START_TIMEOUT_S):
+            with anyio.move_on_after(START_TIMEOUT_S, shield=True):
                 msg = await _recv(mine)
             if not msg:
                 raise ServerGone("the fork server exited")

@@ -188,11 +188,11 @@ async def execute(inv: Invocation) -> RawRun:
         return raw
     finally:
         if cgroups is not None:
-            with anyio.CancelScope(shield=True):
-                cgroups.kill(inv.run)
-                # A reaped run's cgroups are empty, or all but: removed here, and in a
-                # worker thread (which waits for the killed to leave) only if not.
-                if not cgroups.try_remove(inv.run):
+            cgroups.kill(inv.run)
+            # A reaped run's cgroups are empty, or all but: removed here, and in a
+            # worker thread (which waits for the killed to leave, shielded) only if not.
+            if not cgroups.try_remove(inv.run):
+                with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(cgroups.remove, inv.run)
 
 
@@ -329,8 +329,11 @@ async def _execute_served(inv: Invocation, isolation: Isolation, proc: ServedPro
                 proc.kill()
                 await proc.wait()
         # The server gives a pipe up `EOF_GRACE_S` after the reap; this is a backstop.
-        with anyio.move_on_after(EOF_GRACE_S + KILL_WAIT_S):
-            out, err, dropped = await proc.output()
+        if proc.outputs is not None:
+            out, err, dropped = proc.outputs
+        else:
+            with anyio.move_on_after(EOF_GRACE_S + KILL_WAIT_S):
+                out, err, dropped = await proc.output()
     except BaseException:
         with anyio.CancelScope(shield=True):
             _kill_tree(proc, inv, isolation)
@@ -338,8 +341,7 @@ async def _execute_served(inv: Invocation, isolation: Isolation, proc: ServedPro
                 await proc.wait()
         raise
     finally:
-        with anyio.CancelScope(shield=True):
-            await proc.aclose()
+        proc.close()
     cap = inv.stream_cap
     stdout, stderr = _text("stdout", out, dropped[0], cap), _text("stderr", err, dropped[1], cap)
     return _raw(inv, proc, start, timed_out, memory, killed_usage, stdout, stderr)
