@@ -156,6 +156,7 @@ LIBRARY_STEPS = [
     ("aexec._pipeline.run", "snapshot", "snapshot before", "prepare (worker thread)"),
     ("aexec._pipeline.run", "collect", "collect (worker thread)", None),
     ("aexec._pipeline.run", "remove_scratch", "scratch removed (worker thread)", None),
+    ("aexec._pipeline.remover", "remove_scratch", "scratch removed (remover thread)", None),
     ("aexec._boundary.cgroups", "Cgroups.create", "cgroups created", None),
     ("aexec._boundary.cgroups", "Cgroups.kill", "cgroups killed", None),
     ("aexec._boundary.cgroups", "Cgroups.try_remove", "cgroups removed", None),
@@ -172,7 +173,10 @@ def _wrap_library(spent: dict[str, float], threads: dict[str, bool]) -> None:
 
     main = threading.main_thread()
     for module, attr, label, _ in LIBRARY_STEPS:
-        mod = importlib.import_module(module)
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError:  # a step of another checkout's
+            continue
         owner: Any = mod
         name = attr
         if "." in attr:

@@ -99,6 +99,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         [
             "_pipeline",
             "_pipeline.cache",
+            "_pipeline.remover",
             "_pipeline.toolchain",
             "_pipeline.request",
             "_pipeline.warm",

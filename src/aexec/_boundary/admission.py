@@ -102,7 +102,10 @@ class Admission:
                     if next_due < math.inf:
                         wait = max(self.MIN_WAIT_S, next_due - now)  # busyness has no event
                 wakeup = self._wakeups[run] = anyio.Event()
-                with anyio.move_on_after(math.inf if wait is None else wait):
+                if wait is None:  # no deadline: no cancel scope for one
+                    await wakeup.wait()
+                    continue
+                with anyio.move_on_after(wait):
                     await wakeup.wait()
         finally:
             del self._waiting[run]

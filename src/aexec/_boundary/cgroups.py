@@ -192,8 +192,7 @@ class Cgroups:
             files.append(os.path.join(self.v2, name, "memory.events"))
         for path in files:
             try:
-                with open(path, encoding="ascii") as f:
-                    text = f.read()
+                text = _read(path)
             except OSError:
                 continue
             for line in text.splitlines():
@@ -264,8 +263,15 @@ def _name(run: str) -> str:
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read()
+    """A cgroup file's text (ASCII), read without the io layers' objects."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii")
 
 
 def _write_or_raise(path: str, value: str) -> None:

@@ -67,12 +67,26 @@ def seal_scratch(scratch: Scratch, uid: int, disk_bytes: int) -> None:
     """Hand the writable dirs to the run's uid; cap the tmpfs at what it holds + the disk cap."""
     for top in (scratch.work, scratch.home, scratch.tmp):
         os.chown(top, uid, uid, follow_symlinks=False)
-        for dirpath, dirnames, filenames in os.walk(top):
-            for name in dirnames + filenames:
-                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+        _chown_under(top, uid)
     st = os.statvfs(scratch.root)
     used = (st.f_blocks - st.f_bfree) * st.f_frsize
     _mount_tmpfs(scratch.root, f"size={used + disk_bytes}", remount=True)
+
+
+def _chown_under(top: str, uid: int) -> None:
+    """Everything under ``top`` to ``uid``, links themselves, directories entered but
+    not through a link (as ``os.walk`` would, with less of its Python per directory)."""
+    stack = [top]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                os.chown(entry.path, uid, uid, follow_symlinks=False)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
 
 
 def run_uid() -> int:
@@ -178,8 +192,14 @@ def make_etc(base: str) -> str:
 def write_private(scratch: Scratch, name: str, text: str) -> str:
     """A small file in the scratch root's private dir (a few KiB: not worth a thread)."""
     path = os.path.join(scratch.private, name)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    data = memoryview(text.encode("utf-8"))
+    # as open(path, "w", encoding="utf-8") writes it, without the io layers' objects
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
     return path
 
 
@@ -188,6 +208,13 @@ def remove_scratch(scratch: Scratch) -> None:
     # is no mount point and the call fails harmlessly (EINVAL). No scan of the mount
     # table: it is as long as the machine has mounts, and this runs once per run.
     _libc.umount2(os.fsencode(scratch.root), _MNT_DETACH)
+    try:
+        os.rmdir(scratch.root)  # a tmpfs root: once detached, the empty directory under it
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
     try:
         shutil.rmtree(scratch.root)
         return

@@ -77,14 +77,14 @@ def _scan(root: str, cap: int, skip: frozenset[str] = frozenset()) -> Iterator[t
             if seen > cap:
                 raise TreeTooLarge(f"{root}: more than {cap} entries")
             try:
+                if entry.is_dir(follow_symlinks=False):  # the entry's type: no lstat
+                    if entry.name not in skip:
+                        subdirs.append(entry.path)
+                    continue
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISDIR(st.st_mode):
-                if entry.name not in skip:
-                    subdirs.append(entry.path)
-            else:
-                yield entry.path, st
+            yield entry.path, st
         stack.extend(reversed(subdirs))
 
 

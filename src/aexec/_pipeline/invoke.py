@@ -14,7 +14,6 @@ from .._boundary.cgroups import Caps
 from .._boundary.forkserver import ForkServer
 from .._boundary.scratch import import_roots, write_private
 from .._boundary.supervise import Invocation
-from .._environments.system import run_env
 from .._stages.plan import BoxFacts, Plan, RunFacts, Scratch, plan
 from .session import Job, Session
 
@@ -72,7 +71,7 @@ def invocation(
         lang_tools=() if lang is None else lang.tools,
         autoload=c.pytest_plugins == "auto",
         stdin_file=stdin,
-        system=tuple(run_env(tool.path).items()),
+        system=session.run_env(tool.path),
         canary=canary_args,
         canary_file=canary_file,
     )

@@ -26,9 +26,8 @@ from .._records import Candidate, ExecutionObservation
 from .._stages.plan import Scratch
 from .._version import VERSION
 from .cache import in_thread
-from .request import Checked, validate_all
-from .run import remove_scratches
-from .session import WAITING_RUNS_PER_CORE, Session, selections
+from .request import Checked, selections, validate_all
+from .session import WAITING_RUNS_PER_CORE, Session
 from .warm import Warm
 from .witness import environment_broken, observe_one, unobservable
 
@@ -165,9 +164,14 @@ class Observer:
             send.send_nowait(i)
         send.close()
 
+        remover, ticket = self.warm.remover, 0
+
         async def worker() -> None:
             # A candidate's scratch roots are removed after its observation is
-            # delivered, not on its way (issue 20): latency, not less cleanup.
+            # delivered, not on its way (issue 20): latency, not less cleanup. They are
+            # handed to the remover's thread (no thread hop per candidate), and the call
+            # waits for them all at its end.
+            nonlocal ticket
             leftover: list[Scratch] = []
             try:
                 async for i in receive:
@@ -190,12 +194,15 @@ class Observer:
                         if on_observation is not None:
                             on_observation(i, obs)
                     finally:
-                        await remove_scratches(leftover)
+                        ticket = remover.put(leftover) if leftover else ticket
             finally:
-                await remove_scratches(leftover)
+                ticket = remover.put(leftover) if leftover else ticket
 
-        with receive:
-            async with anyio.create_task_group() as tg:
-                for _ in range(min(len(items), 4 * slots + 4)):
-                    tg.start_soon(worker)
+        try:
+            with receive:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(min(len(items), 4 * slots + 4)):
+                        tg.start_soon(worker)
+        finally:
+            await remover.wait(ticket)
         return [r for r in results if r is not None]

@@ -61,3 +61,18 @@ def validate_all(candidates: Iterable[Candidate]) -> list[Checked]:
         except RequestError as e:
             raise RequestError(f"candidate {i} ({c.id!r}): {e}") from None
     return out
+
+
+def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | None]:
+    """Per repo, the union of the candidates' test selections (None if one runs it all)."""
+    union: dict[str, set[str] | None] = {}
+    for c in candidates:
+        if c.repo is None:
+            continue
+        have = union.setdefault(c.repo, set())
+        tests = grade.selection(c)
+        if tests is None:
+            union[c.repo] = None
+        elif have is not None:
+            have.update(tests)
+    return {repo: None if tests is None else tuple(sorted(tests)) for repo, tests in union.items()}

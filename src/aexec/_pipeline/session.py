@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -29,11 +29,11 @@ from .._boundary.trees import hash_tree
 from .._environments.build import Built, default_root, ensure, exclude_newer_of
 from .._environments.ft2font import rebuilt_note
 from .._environments.inplace import InPlace, build_argv, ensure_inplace, touches_build
+from .._environments.system import run_env
 from .._log import get_logger
 from .._options import Options
 from .._raw import RawRun
 from .._records import Candidate, Environment, ExecutionObservation
-from .._stages import grade
 from .._stages.classify import Classification, Runner
 from .._stages.judge import Outcome, Patches
 from .._stages.keys import artifact_version, bytecode_key, observation_key, run_inputs
@@ -85,21 +85,6 @@ class Job:
     #: What the checkout's build writes that its runs need (a declared environment's
     #: ``Built.generated``: a setuptools-scm version file), laid into each run's copy.
     generated: tuple[tuple[str, str], ...] = ()
-
-
-def selections(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...] | None]:
-    """Per repo, the union of the candidates' test selections (None if one runs it all)."""
-    union: dict[str, set[str] | None] = {}
-    for c in candidates:
-        if c.repo is None:
-            continue
-        have = union.setdefault(c.repo, set())
-        tests = grade.selection(c)
-        if tests is None:
-            union[c.repo] = None
-        elif have is not None:
-            have.update(tests)
-    return {repo: None if tests is None else tuple(sorted(tests)) for repo, tests in union.items()}
 
 
 class Session:
@@ -158,12 +143,25 @@ class Session:
         self.selections = selections
         self.runs = 0
         self._environments: dict[str, tuple[Environment, Any]] = {}
+        #: A declared environment (and its form in the keys) per what it is made of.
+        self._declared: dict[tuple[Any, ...], tuple[Environment, Any]] = {}
+        self._max_cores = float(os.cpu_count() or 1)
+        #: What finds an interpreter's Debian packages (`run_env`), read once per call.
+        self._run_envs: dict[str, tuple[tuple[str, str], ...]] = {}
         self._enforced_by_view: dict[tuple[tuple[str, ...], str], dict[str, str]] = {}
 
     def view_paths(self, tool: Toolchain, lang: LangToolchain | None) -> tuple[str, ...]:
         """What a run's view binds read-only beyond the system directories: the
         toolchain's prefixes and the paths `Options.readonly` declares."""
         return (*tool.paths, *(lang.paths if lang else ()), *self.options.readonly)
+
+    def run_env(self, python: str) -> tuple[tuple[str, str], ...]:
+        """`run_env` of ``python``, read once per call (an environment's record is
+        written when it is built, before any run of its interpreter)."""
+        found = self._run_envs.get(python)
+        if found is None:
+            found = self._run_envs[python] = tuple(run_env(python).items())
+        return found
 
     def _enforced(self, tool: Toolchain, lang: LangToolchain | None) -> dict[str, str]:
         """The isolation's record, with what a view of ``tool`` (and ``lang``) binds: made
@@ -199,16 +197,34 @@ class Session:
         lang = None
         if candidate.language != "python":
             lang = await self.warm.lang_toolchains.get(candidate.language, self.lang_toolchains)
-        env = declare(
+        name, named = (python, tool.version) if lang is None else (candidate.language, lang.version)
+        p = candidate.policy
+        # What `declare` is a function of (the policy typed: only an int is a valid ram_mib)
+        declaring = (
             classification.mode,
-            candidate.policy,
-            toolchain=python if lang is None else candidate.language,
-            toolchain_version=tool.version if lang is None else lang.version,
-            enforced=self._enforced(tool, lang),
-            repo_view="copy" if candidate.repo is not None else "none",
-            repo_ro=self.isolation.namespaces,
-            max_cores=float(os.cpu_count() or 1),
-            request_type=candidate.request_type,
+            *((v, type(v)) for v in (p.timeout_s, p.ram_mib, p.cpu_cores, p.output_kib)),
+            name,
+            named,
+            self.view_paths(tool, lang),
+            tool.path,
+            candidate.repo is not None,
+            candidate.request_type,
+        )
+        declared_once = self._declared.get(declaring)
+        env = (
+            declared_once[0]
+            if declared_once is not None
+            else declare(
+                classification.mode,
+                p,
+                toolchain=name,
+                toolchain_version=named,
+                enforced=self._enforced(tool, lang),
+                repo_view="copy" if candidate.repo is not None else "none",
+                repo_ro=self.isolation.namespaces,
+                max_cores=self._max_cores,
+                request_type=candidate.request_type,
+            )
         )
         patches, modules = Patches(), frozenset[str]()
         if candidate.patch is not None or candidate.test_patch is not None or runners.python_suite(runner):
@@ -226,10 +242,12 @@ class Session:
         version = artifact_version(
             repo_hash, candidate.patch, candidate.code, candidate.command, run_inputs(candidate)
         )
-        declared = _serde.unstructure_env(env)
-        # One record per distinct environment: every observation holds its own otherwise
-        # (~0.6 KiB each, most of what 100,000 observations of one call keep in memory).
-        env, declared = self._environments.setdefault(json.dumps(declared, sort_keys=True), (env, declared))
+        if built is None and inplace is None:  # the environment is the declared one
+            if declared_once is None:
+                declared_once = self._declared[declaring] = self._distinct(env)
+            env, declared = declared_once
+        else:
+            env, declared = self._distinct(env)
         key = observation_key(
             candidate,
             runner,
@@ -258,6 +276,13 @@ class Session:
             inplace=inplace,
             generated=() if built is None else built.generated,
         )
+
+    def _distinct(self, env: Environment) -> tuple[Environment, dict[str, Any]]:
+        """``env`` and its declared form, one record per distinct environment: every
+        observation holds its own otherwise (~0.6 KiB each, most of what 100,000
+        observations of one call keep in memory)."""
+        declared = _serde.unstructure_env(env)
+        return self._environments.setdefault(json.dumps(declared, sort_keys=True), (env, declared))
 
     async def environment(self, candidate: Candidate) -> Built | None:
         """The candidate's declared environment, built on first use (None without one);

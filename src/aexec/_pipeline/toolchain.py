@@ -209,12 +209,12 @@ class Toolchains:
             os.stat(python)
         except OSError as e:
             raise RequestError(f"python: {python!r} does not exist") from e
-        disk_key = toolchain_key(python, aexec=self._version)
 
-        async def probe() -> Toolchain:
+        async def probe() -> Toolchain:  # once per call: its key made here, not per job
             known = self._known.get(python)
             if known is not None and known.stamp == await in_thread(stamp, [python, *known.paths]):
                 return known
+            disk_key = toolchain_key(python, aexec=self._version)
             if disk is not None:
                 tool = _from_disk(await in_thread(disk.get, disk_key))
                 if tool is not None and tool.stamp == await in_thread(stamp, [python, *tool.paths]):

@@ -26,6 +26,7 @@ from .._options import Options
 from .._stages.keys import server_key
 from .._stages.plan import Scratch, candidate_env
 from .cache import Inflight, in_thread
+from .remover import Remover
 from .toolchain import LangToolchains, Toolchain, Toolchains
 
 log = get_logger(__name__)
@@ -50,10 +51,14 @@ class Warm:
         self._etc_dir: str | None = None
         self._etc_lock = threading.Lock()
         self._server_envs: dict[tuple[str, bool], dict[str, str]] = {}
+        self._server_keys: dict[tuple[str, str, str, bool, int], str] = {}
+        #: Removes delivered observations' scratch roots (`Remover`).
+        self.remover = Remover()
 
     async def aclose(self) -> None:
         """Stop the fork servers (runs they started die with them), remove the bytecode store."""
         with anyio.CancelScope(shield=True):
+            await self.remover.close()
             servers, self._servers = [*self._servers.values(), *self._retired], {}
             self._retired = []
             for server in servers:
@@ -101,7 +106,12 @@ class Warm:
         if not self.options.forkserver:
             return None
         env = self._server_env(tool.path, autoload)
-        key = server_key(tool.path, tool.fingerprint, mode, env, threading.get_ident(), per_run=PER_RUN_ENV)
+        # the environment is made once per (interpreter, autoload): so is the key
+        known = (tool.path, tool.fingerprint, mode, autoload, threading.get_ident())
+        key = self._server_keys.get(known)
+        if key is None:
+            key = server_key(tool.path, tool.fingerprint, mode, env, known[-1], per_run=PER_RUN_ENV)
+            self._server_keys[known] = key
         server, _ = await starts.run(key, lambda: self._settle(key, tool.path, mode, env))
         return server if server is not None and server.alive else None
 

@@ -8,6 +8,7 @@ pytest is asked — and returns it frozen, to be written as the wire's `Instruct
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -38,22 +39,15 @@ class Scratch:
     """The paths of one run's scratch root (made by ``aexec._boundary.scratch``)."""
 
     root: str
+    # Joined once: a run asks for them ~30 times.
+    work: str = attrs.field(init=False, eq=False, repr=False)
+    private: str = attrs.field(init=False, eq=False, repr=False)
+    home: str = attrs.field(init=False, eq=False, repr=False)
+    tmp: str = attrs.field(init=False, eq=False, repr=False)
 
-    @property
-    def work(self) -> str:
-        return os.path.join(self.root, "work")
-
-    @property
-    def private(self) -> str:
-        return os.path.join(self.root, ".aexec")
-
-    @property
-    def home(self) -> str:
-        return os.path.join(self.root, "home")
-
-    @property
-    def tmp(self) -> str:
-        return os.path.join(self.root, "tmp")
+    def __attrs_post_init__(self) -> None:
+        for name, leaf in (("work", "work"), ("private", ".aexec"), ("home", "home"), ("tmp", "tmp")):
+            object.__setattr__(self, name, os.path.join(self.root, leaf))
 
     def private_file(self, name: str) -> str:
         return os.path.join(self.private, name)
@@ -246,19 +240,40 @@ def view_readonly(
 
     A toolchain path that is the repo, holds it, or holds the scratch root (whose
     siblings are other runs') is left out; under the repo only the interpreter's own
-    prefix (a venv inside the repo) is kept.
+    prefix (a venv inside the repo) is kept. A scratch root holds no toolchain path but
+    in a contrived layout: the answer without it is made once per toolchain (`_bound`).
     """
+    paths, exact, holders = _normalized(tuple(toolchain_paths))
+    held = scratch_root is not None and (scratch_root in exact or scratch_root.startswith(holders))
+    made = _bound.__wrapped__ if held else _bound  # a held scratch root: its own answer, not kept
+    bound, hidden = made(paths, python, repo, scratch_root if held else None)
+    return list(bound), list(hidden)
+
+
+@functools.lru_cache(maxsize=64)
+def _normalized(paths: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str], tuple[str, ...]]:
+    """``paths`` normalized; but the root, they and what `inside` tests a path against."""
+    normed = tuple(map(os.path.normpath, paths))
+    kept = [p for p in normed if p != os.sep]
+    return normed, frozenset(kept), tuple(p.rstrip(os.sep) + os.sep for p in kept)
+
+
+@functools.lru_cache(maxsize=64)
+def _bound(
+    paths: tuple[str, ...], python: str, repo: str | None, scratch_root: str | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`view_readonly` of normalized ``paths``, as tuples."""
     venv = os.path.dirname(os.path.dirname(python))
     wanted = list(SYSTEM_PATHS)
-    for p in map(os.path.normpath, toolchain_paths):
+    for p in paths:
         if p == os.sep or (scratch_root is not None and inside(scratch_root, p)):
             continue
         if repo is not None and (inside(repo, p) or (inside(p, repo) and not inside(p, venv))):
             continue
         wanted.append(p)
     unique = sorted(set(wanted))
-    bound = [p for p in unique if not under(p, unique)]
-    hidden = [repo] if repo is not None and under(repo, bound) else []
+    bound = tuple(p for p in unique if not under(p, unique))
+    hidden = (repo,) if repo is not None and under(repo, bound) else ()
     return bound, hidden
 
 
