@@ -209,15 +209,13 @@ def driver_modules() -> frozenset[str]:
     return kept if same_modules(kept) else frozenset(sys.modules)
 
 
-def same_modules(names: frozenset[str], extra: str | None = None) -> bool:
-    """sys.modules holds just ``names`` (and ``extra``, which is not one of them).
-    Checked without referring to its keys (each reference taken to a key writes to it:
-    its page copied, in a forked process): its size, and each name looked up in it (a
-    set's difference with a dict refers to the set's items, and reads the dict)."""
+def same_modules(names: frozenset[str]) -> bool:
+    """sys.modules holds just ``names``. Checked without referring to its keys (each
+    reference taken to a key writes to it: its page copied, in a forked process): its
+    size, and each name looked up in it (a set's difference with a dict refers to the
+    set's items, and reads the dict)."""
     modules = sys.modules
-    if type(modules) is not dict or len(modules) != len(names) + (extra is not None):
-        return False
-    return (extra is None or (extra in modules and extra not in names)) and not names.difference(modules)
+    return type(modules) is dict and len(modules) == len(names) and not names.difference(modules)
 
 
 def _without_driver(path: list[str]) -> list[str]:

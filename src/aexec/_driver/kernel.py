@@ -48,8 +48,16 @@ def _call(rc: int, what: str) -> None:
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = [None if x is None else os.fsencode(x) for x in (source, target, fstype, data)]
-    _call(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+    # (no list of the four, nor the message made, on each call: a forked init's steps)
+    rc = _libc.mount(
+        None if source is None else os.fsencode(source),
+        os.fsencode(target),
+        None if fstype is None else os.fsencode(fstype),
+        ctypes.c_ulong(flags),
+        None if data is None else os.fsencode(data),
+    )
+    if rc != 0:
+        _call(rc, f"mount {target}")
 
 
 def detach(target: str) -> None:
@@ -58,7 +66,9 @@ def detach(target: str) -> None:
 
 
 def prctl(option: int, arg: int) -> None:
-    _call(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
+    rc = _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0)
+    if rc != 0:
+        _call(rc, f"prctl {option}")
 
 
 def enter_cgroups(procs_files: list[str]) -> None:
@@ -127,6 +137,21 @@ if not hasattr(ctypes.pythonapi, "PyOS_BeforeFork"):
 #: libc through the Python API's calling convention: the GIL stays held across the
 #: call, as ``os.fork`` holds it across ``fork()``.
 _libc_gil = ctypes.PyDLL(None, use_errno=True)
+
+
+def _resolve(lib: ctypes.CDLL, *names: str) -> None:
+    """Look ``names`` up in ``lib`` now, as the driver loads: ctypes keeps a function
+    once looked up, so a fork server's runs find it there. Looked up first in a forked
+    child (a run's init or candidate), each cost that child ctypes' lookup in Python and
+    ~40 copied pages, in every run."""
+    for name in names:
+        getattr(lib, name)
+
+
+_resolve(_libc, "mount", "umount2", "prctl", "unshare", "sethostname", "socket", "ioctl")
+_resolve(_libc_gil, "fork", "syscall")
+if SYS_CLONE is not None:
+    _resolve(ctypes.pythonapi, "PyOS_BeforeFork", "PyOS_AfterFork_Child", "PyOS_AfterFork_Parent")
 
 
 #: What the fork server does before each fork of a run's init (`contain.keep_modules`).
