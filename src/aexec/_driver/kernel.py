@@ -143,9 +143,10 @@ def _resolve(lib: ctypes.CDLL, *names: str) -> None:
     """Look ``names`` up in ``lib`` now, as the driver loads: ctypes keeps a function
     once looked up, so a fork server's runs find it there. Looked up first in a forked
     child (a run's init or candidate), each cost that child ctypes' lookup in Python and
-    ~40 copied pages, in every run."""
+    ~40 copied pages, in every run. (One this libc has not got is looked up, and fails,
+    where it is called, as before.)"""
     for name in names:
-        getattr(lib, name)
+        hasattr(lib, name)
 
 
 _resolve(_libc, "mount", "umount2", "prctl", "unshare", "sethostname", "socket", "ioctl")
