@@ -118,7 +118,8 @@ for _mod, _name, _role in (
     (contain, "leave_drivers_path", None), (_kernel, "drop_privileges", None),
     (_seccomp, "install", None), (runners, "feed_stdin", None), (_reporting, "Report", None),
     (_kernel, "apply_limits", None), (contain, "import_first_uses", None),
-    (contain, "handed_over", None), (os, "fork", "candidate"), (os, "wait4", None),
+    (contain, "handed_over", None), (os, "fork", "candidate"), (_kernel, "fork_again", "candidate"),
+    (os, "wait4", None),
     (runners.RUNNERS, None, None),
 ):
     if _name is None:

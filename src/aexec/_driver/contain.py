@@ -66,7 +66,7 @@ def contain(spec: Instructions, tree: Any = None, as_init: bool = False) -> Repo
             view.build_view(box, tree)
         except (kernel.BoxError, OSError) as e:
             box_failed(kernel.BoxError(str(e)))
-    started = fork_candidate(spec)
+    started, report = fork_candidate(spec)
     try:
         leave_drivers_path(spec)
         if box:
@@ -75,7 +75,6 @@ def contain(spec: Instructions, tree: Any = None, as_init: bool = False) -> Repo
                 seccomp.install()  # after no_new_privs, before anything of the candidate's
         os.chdir(spec["cwd"])
         runners.feed_stdin(spec)
-        report = reporting.Report(spec["report"])
         kernel.apply_limits(spec)
         import_first_uses(spec)
         handed_over(started)
@@ -118,19 +117,29 @@ def become_init() -> None:
         os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
-def fork_candidate(spec: Instructions) -> int:
+def fork_candidate(spec: Instructions) -> tuple[int, Report]:
     """Fork the candidate, and in this process (the init) reap everything and report its
-    end: returns only in the candidate, the write end of a pipe that `handed_over` closes.
+    end: returns only in the candidate, with the write end of a pipe that `handed_over`
+    closes and the run's report.
 
     In a PID namespace this process is the init: the candidate is not, so signals it
     sends itself behave as usual, and orphans are reaped. Its wait status and rusage
     (the whole tree it reaped) are reported here, where a signal death is still visible.
+
+    The report is opened once, before the fork, for both: the candidate's is the fd it
+    opened itself after the fork before (the lowest free, 3), and the init does no more
+    after the fork than it must (each page it writes then is one copied: ~0.1 ms per
+    ~30, and the two records' JSON encoder cost it ~65).
     """
+    try:
+        report = reporting.Report(spec["report"])
+    except Exception as e:
+        driver_failed(e)
     heard, started = os.pipe()
-    pid = os.fork()
+    pid = kernel.fork_again()
     if pid == 0:
         os.close(heard)
-        return started
+        return started, report
     os.close(started)
     view.release_host()
     while True:
@@ -153,16 +162,7 @@ def fork_candidate(spec: Instructions) -> int:
                 f"aexec: its driver was killed (signal {sig}) before the candidate started", file=sys.stderr
             )
         os._exit(wire.BOX_FAILED)
-    report = reporting.Report(spec["report"])
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        report.write("main", exit=None, signal=sig)
-        code = 128 + sig
-    else:
-        code = os.WEXITSTATUS(status)  # exited: WIFSIGNALED is not
-        report.write("main", exit=code, signal=None)
-    report.write("usage", cpu_s=rusage.ru_utime + rusage.ru_stime, maxrss_kib=rusage.ru_maxrss)
-    os._exit(code)
+    os._exit(report.end(status, rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss))
 
 
 #: The fork server's sys.path, and what `leave_drivers_path` leaves of it (`keep_path`).
@@ -175,6 +175,48 @@ def keep_path() -> None:
     ~0.15 ms and ~35 copied pages per run)."""
     global _kept_path
     _kept_path = (list(sys.path), _without_driver(sys.path))
+    runners.warm_snippets()
+    keep_modules()
+    kernel.BEFORE_FORK.append(keep_modules)
+
+
+#: The fork server's modules as it last forked a run (`keep_modules`).
+_kept_modules: frozenset[str] = frozenset()
+
+
+def keep_modules() -> None:
+    """In the fork server, before each fork of a run (`kernel.fork_init`): the names in
+    its sys.modules, made anew only when it has others (its first runs' imports), so
+    that a candidate need not make that set itself (`driver_modules`).
+
+    The names are copies, made together: looking them up refers to them, which writes
+    to their pages (a few), not to the pages of sys.modules' own keys (one per name,
+    about: ~70 copied pages per forked run of a snippet's server)."""
+    global _kept_modules
+    if len(sys.modules) != len(_kept_modules):
+        _kept_modules = frozenset([_copy(name) for name in sys.modules])
+
+
+def _copy(text: str) -> str:
+    """An equal str that is another object (a slice of the whole would be ``text``)."""
+    return (text + ".")[:-1]
+
+
+def driver_modules() -> frozenset[str]:
+    """The names in sys.modules before the candidate's code runs: its fork server's set
+    where they are the same (a set made in a forked child costs ~0.15 ms, most of it the
+    pages of every name it refers to, copied), else a set made here."""
+    kept = _kept_modules
+    return kept if same_modules(kept) else frozenset(sys.modules)
+
+
+def same_modules(names: frozenset[str]) -> bool:
+    """sys.modules holds just ``names``. Checked without referring to its keys (each
+    reference taken to a key writes to it: its page copied, in a forked process): its
+    size, and each name looked up in it (a set's difference with a dict refers to the
+    set's items, and reads the dict)."""
+    modules = sys.modules
+    return type(modules) is dict and len(modules) == len(names) and not names.difference(modules)
 
 
 def _without_driver(path: list[str]) -> list[str]:

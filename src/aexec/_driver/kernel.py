@@ -8,6 +8,7 @@ raises `BoxError`: the run must not go ahead with less.
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
 import resource
@@ -16,6 +17,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .wire import Box, Instructions
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
@@ -45,8 +48,16 @@ def _call(rc: int, what: str) -> None:
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = [None if x is None else os.fsencode(x) for x in (source, target, fstype, data)]
-    _call(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+    # (no list of the four, nor the message made, on each call: a forked init's steps)
+    rc = _libc.mount(
+        None if source is None else os.fsencode(source),
+        os.fsencode(target),
+        None if fstype is None else os.fsencode(fstype),
+        ctypes.c_ulong(flags),
+        None if data is None else os.fsencode(data),
+    )
+    if rc != 0:
+        _call(rc, f"mount {target}")
 
 
 def detach(target: str) -> None:
@@ -55,7 +66,9 @@ def detach(target: str) -> None:
 
 
 def prctl(option: int, arg: int) -> None:
-    _call(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
+    rc = _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0)
+    if rc != 0:
+        _call(rc, f"prctl {option}")
 
 
 def enter_cgroups(procs_files: list[str]) -> None:
@@ -126,11 +139,33 @@ if not hasattr(ctypes.pythonapi, "PyOS_BeforeFork"):
 _libc_gil = ctypes.PyDLL(None, use_errno=True)
 
 
+def _resolve(lib: ctypes.CDLL, *names: str) -> None:
+    """Look ``names`` up in ``lib`` now, as the driver loads: ctypes keeps a function
+    once looked up, so a fork server's runs find it there. Looked up first in a forked
+    child (a run's init or candidate), each cost that child ctypes' lookup in Python and
+    ~40 copied pages, in every run. (One this libc has not got is looked up, and fails,
+    where it is called, as before.)"""
+    for name in names:
+        hasattr(lib, name)
+
+
+_resolve(_libc, "mount", "umount2", "prctl", "unshare", "sethostname", "socket", "ioctl")
+_resolve(_libc_gil, "fork", "syscall")
+if SYS_CLONE is not None:
+    _resolve(ctypes.pythonapi, "PyOS_BeforeFork", "PyOS_AfterFork_Child", "PyOS_AfterFork_Parent")
+
+
+#: What the fork server does before each fork of a run's init (`contain.keep_modules`).
+BEFORE_FORK: list[Callable[[], None]] = []
+
+
 def fork_init() -> int:
     """``os.fork()``, with the child in new PID, mount, network, IPC and UTS namespaces, whose
     init (pid 1) it is: what an outer process's ``unshare`` + ``fork`` gives, in one
     process fewer. The interpreter's own fork hooks run around it as around ``os.fork``."""
     assert SYS_CLONE is not None
+    for hook in BEFORE_FORK:
+        hook()
     flags = CLONE_RUN | signal.SIGCHLD
     ctypes.pythonapi.PyOS_BeforeFork()
     try:
@@ -153,3 +188,25 @@ def fork_init() -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
     return int(pid)
+
+
+def fork_again() -> int:
+    """``os.fork()`` for a process that is itself a forked child, whose interpreter did
+    its after-fork work when it was forked and has started no thread since (the run's
+    init forking the candidate): the bare ``fork()``, without that work again in the
+    child (the ``register_at_fork`` callbacks, threading's above all: ~150 copied pages
+    and ~0.35 ms per run). What the child would have had anew it has from this process:
+    the one thread's ident, its random state (fresh since this process's fork, and
+    drawn from by nothing since), unlocked locks. Its native thread id is its own again.
+    With another thread alive, or no ``PyOS_BeforeFork`` (3.6), it is ``os.fork()``."""
+    if SYS_CLONE is None or _thread._count() != 0:
+        return os.fork()
+    pid = int(_libc_gil.fork())  # with the GIL held, as os.fork holds it
+    if pid == 0:
+        threading = sys.modules.get("threading")
+        if threading is not None and hasattr(threading.main_thread(), "_set_native_id"):  # 3.8+
+            threading.main_thread()._set_native_id()
+    elif pid < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"fork: {os.strerror(err)}")
+    return pid

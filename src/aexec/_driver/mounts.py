@@ -22,6 +22,7 @@ _PER_MOUNT_FLAGS = {
 }  # fmt: skip
 
 _libc = ctypes.CDLL(None, use_errno=True)
+kernel._resolve(_libc, "syscall")  # see there
 _MACHINE = os.uname().machine
 #: The mount API's calls (Linux 5.2; mount_setattr 5.12) have one number on every
 #: architecture but alpha; elsewhere the per-mount ways are used.

@@ -191,18 +191,25 @@ def _compiled(machine: str) -> tuple[ctypes.Array[ctypes.c_char], _Fprog] | None
     return raw, _Fprog(len(code), ctypes.addressof(raw))
 
 
-#: Built once, as the driver loads: a fork server's runs share it.
+#: Built once, as the driver loads: a fork server's runs share it, and the arguments
+#: of the call that loads it.
 _MACHINE = os.uname().machine
 _FILTER = _compiled(_MACHINE)
-_libc = ctypes.CDLL(None, use_errno=True)
+#: kernel's libc: its ``prctl``, which the candidate has just called (no_new_privs)
+_libc = kernel._libc
+_INSTALL = (
+    None
+    if _FILTER is None
+    else (PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(_FILTER[1]), 0, 0)
+)
 
 
 def install() -> None:
     """Load the filter into this process (``no_new_privs`` must be set). `BoxError` if
     the machine is unknown or the kernel refuses it: the run must not go ahead."""
-    if _FILTER is None:
+    if _INSTALL is None:
         raise kernel.BoxError(f"seccomp: no syscall table for the {_MACHINE} architecture")
-    rc = _libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(_FILTER[1]), 0, 0)
+    rc = _libc.prctl(*_INSTALL)
     if rc != 0:
         raise kernel.BoxError(f"seccomp: {os.strerror(ctypes.get_errno())}")
 

@@ -214,10 +214,13 @@ def serve(
                     pid = os.fork()
                 if pid == 0:
                     # Nothing of the server survives into the run: its sockets are
-                    # detached (not closed later by the GC, on fds the run may reuse).
+                    # detached (not closed later by the GC, on fds the run may reuse),
+                    # and `become` closes every fd of the server's. Its objects are
+                    # held, not freed: freeing them (the selector's map, the runs' state,
+                    # this frame's locals) would write, and so copy, their pages.
                     for sock in (ctrl, *runs.sockets()):
                         sock.detach()
-                    sel.close()
+                    _HELD.append(locals())
                     signal.set_wakeup_fd(-1)
                     # _signal's own call: signal.signal's enum conversions (and the
                     # ValueError it raises and catches for a Python handler) cost a
@@ -292,6 +295,8 @@ def boxed(request: SpawnRequest) -> tuple[Instructions | None, int | None]:
         return None, None
 
 
+#: In a forked run, what the server's loop held (`serve`): never freed there.
+_HELD: list[Any] = []
 #: The environment the last request asked for (`set_environ`).
 _LAST_ENV: dict[str, str] = {}
 
