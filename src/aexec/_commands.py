@@ -127,6 +127,13 @@ def add_commands(sub: Any) -> None:
     v.add_argument(
         "--grace", type=float, default=5.0, help="seconds runs in flight get after SIGTERM (default: 5)"
     )
+    v.add_argument(
+        "--recheck-s",
+        type=float,
+        default=None,
+        help="seconds a recheck of the interpreter, its editable sources and the fork servers'"
+        " files holds for later requests (default: 0.5; 0: every request rechecks)",
+    )
     v.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio", help="anyio backend")
     g = v.add_mutually_exclusive_group()
     g.add_argument(
@@ -145,7 +152,7 @@ def add_commands(sub: Any) -> None:
 
 
 def _serve_main(args: argparse.Namespace) -> int:
-    from ._serve.server import ServeConfig, read_environment, read_token, serve
+    from ._serve.server import RECHECK_S, ServeConfig, read_environment, read_token, serve
 
     if _bad_jobs(args):
         return 2
@@ -163,6 +170,7 @@ def _serve_main(args: argparse.Namespace) -> int:
             sessions=args.sessions,
             python=args.python,
             environment=read_environment(args.environment) if args.environment else None,
+            recheck_s=RECHECK_S if args.recheck_s is None else args.recheck_s,
         )
         options = Options.from_env(limit=jobs, cache_dir=cache_dir)
 

@@ -44,6 +44,11 @@ def _mechanisms(instance: object, attribute: attrs.Attribute[frozenset[str]], va
         raise RequestError(f"options.ablate: unknown mechanism(s) {unknown}; known: {list(MECHANISMS)}")
 
 
+def _seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise RequestError(f"{attribute.name} must be a number of seconds >= 0, got {value!r}")
+
+
 def _limit(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise RequestError(f"limit must be an integer >= 1, got {value!r}")
@@ -80,6 +85,12 @@ class Options:
     #: Use namespaces / cgroups where the kernel allows (False: to test the fallbacks).
     namespaces: bool = True
     cgroups: bool = True
+    #: How long a recheck of what runs rest on — an interpreter's installed distributions
+    #: and editable sources, a language's tools, a warm fork server's imported files —
+    #: holds for later calls on the same observer: 0 (the default) rechecks once per
+    #: call; ``aexec serve``, whose every request is a call, holds one for
+    #: ``--recheck-s`` (an edit is then seen by the calls that start that long after it).
+    recheck_s: float = attrs.field(default=0.0, validator=_seconds)
     #: Host paths every run's view also binds read-only (a dataset its tests read, a
     #: shared cache), beside the system directories and the toolchain; none by default.
     readonly: tuple[str, ...] = attrs.field(default=(), converter=_paths)

@@ -129,3 +129,30 @@ async def test_a_declared_environment_made_once_is_each_policys_own() -> None:
         assert (a.cache_key == b.cache_key) == (declared(a) == declared(b))
     assert [x.environment.timeout_s for x in got[1:4]] == [3.0, 3.0, 4.0]
     assert len({x.cache_key for x in got}) == 6  # 3 and 3.0 are one environment, as before
+
+
+@pytest.mark.anyio
+async def test_calls_on_one_observer_share_its_declared_environments_as_one_call_does() -> None:
+    """The observer keeps what its calls declared (a server's every request is a call):
+    candidates observed one call each, in another order, get the records and keys one
+    call gives them — 3 and 3.0 still one environment, every other policy its own."""
+    policies = [
+        Policy(),
+        Policy(timeout_s=3),
+        Policy(timeout_s=4),
+        Policy(timeout_s=3.0),
+        Policy(ram_mib=1024),
+    ]
+    cands = [
+        Candidate("run_entry", "snippet", id=i, code="print(1)", policy=p) for i, p in enumerate(policies)
+    ]
+    async with scripted_observer(ScriptedSupervisor(then=snippet_run(stdout="1\n"))) as o:
+        together = await aexec.observe_many(cands, observer=o)
+    async with scripted_observer(ScriptedSupervisor(then=snippet_run(stdout="1\n"))) as o:
+        alone = {c.id: (await aexec.observe_many([c], observer=o))[0] for c in reversed(cands)}
+        again = (await aexec.observe_many([cands[3]], observer=o))[0]
+        assert len(o._declared) == 5  # kept across the calls: 3 and 3.0 typed apart
+    assert [alone[c.id].cache_key for c in cands] == [x.cache_key for x in together]
+    assert [alone[c.id].environment.timeout_s for c in cands] == [x.environment.timeout_s for x in together]
+    assert again.cache_key == alone[3].cache_key == alone[1].cache_key
+    assert len({x.cache_key for x in alone.values()}) == 4

@@ -7,7 +7,9 @@ whose key or hash does not match (another entry copied over it, a torn or edited
 is a miss, logged, and overwritten by the next put. `Memo` is the one "run once per
 key" helper: in-process dedup (N identical requests, or N candidates sharing one
 before-run, pay for one run), optionally in front of the disk cache, with the disk
-I/O in worker threads so that it never blocks the event loop.
+I/O in worker threads so that it never blocks the event loop. `Rechecked` holds the
+last recheck of what runs rest on (an interpreter, a fork server) for
+`Options.recheck_s`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, TypeVar
@@ -165,6 +168,39 @@ class Inflight(Generic[T]):
         finally:
             del self._running[key]
             event.set()
+
+
+class Rechecked(Generic[T]):
+    """The last recheck of each key and when it began: one asked for less than ``hold``
+    seconds after it began gets its answer instead of rechecking (``hold`` 0: never,
+    every call rechecks). A recheck sees every edit made before it began, so an edit is
+    seen by every call that begins ``hold`` seconds after it, at the latest."""
+
+    def __init__(self, hold: float = 0.0) -> None:
+        self.hold = hold
+        self._last: dict[str, tuple[float, T]] = {}
+
+    def fresh(self, key: str) -> T | None:
+        """The answer of the last recheck of ``key``, if still held; else None."""
+        last = self._last.get(key)
+        if last is None or time.monotonic() - last[0] >= self.hold:
+            return None
+        return last[1]
+
+    def checked(self, key: str, value: T, began: float) -> None:
+        """Hold ``value``, the answer of a recheck of ``key`` that began at ``began``
+        (`time.monotonic`)."""
+        if self.hold > 0:
+            self._last[key] = (began, value)
+
+    async def run(self, key: str, check: Callable[[], Awaitable[T]]) -> T:
+        """The held answer, or ``check()``'s (then held from the moment it began)."""
+        found = self.fresh(key)
+        if found is None:
+            began = time.monotonic()
+            found = await check()
+            self.checked(key, found, began)
+        return found
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import attrs
@@ -22,7 +22,7 @@ from .._boundary.supervise import LocalSupervisor, Supervisor
 from .._environments.spec import EnvBroken
 from .._log import get_logger
 from .._options import Options
-from .._records import Candidate, ExecutionObservation
+from .._records import Candidate, Environment, ExecutionObservation
 from .._stages.plan import Scratch
 from .._version import VERSION
 from .cache import in_thread
@@ -32,6 +32,9 @@ from .warm import Warm
 from .witness import environment_broken, observe_one, unobservable
 
 log = get_logger(__name__)
+
+#: Entries an observer's memos of declared environments keep at most (`Observer.session`).
+MEMOS = 4096
 
 
 class Executor(Protocol):
@@ -72,6 +75,11 @@ class Observer:
         self.warm = Warm(self.options, version)
         self._isolation: Isolation | None = None
         self._swept: set[str] = set()
+        #: What its calls' jobs declare, by what `declare` is a function of, and the
+        #: isolation's record per view (`Session.job`): pure, so made once per observer,
+        #: not per call (a server's every request is a call). Emptied past `MEMOS`.
+        self._declared: dict[tuple[Any, ...], tuple[Environment, Any]] = {}
+        self._enforced: dict[tuple[tuple[str, ...], str], dict[str, str]] = {}
 
     async def __aenter__(self) -> Observer:
         return self
@@ -112,6 +120,9 @@ class Observer:
         slots = opts.limit if opts.limit is not None else WAITING_RUNS_PER_CORE * cores
         scratch_base = opts.scratch_dir or tempfile.gettempdir()
         isolation = await self.isolation(scratch_base)
+        for memo in (self._declared, self._enforced):
+            if len(memo) > MEMOS:  # a client's every timeout its own entry: bounded
+                memo.clear()
         return Session(
             self.warm,
             opts,
@@ -121,6 +132,8 @@ class Observer:
             limit=slots,
             cpu_slots=cores,
             selections=selected,
+            declared=self._declared,
+            enforced=self._enforced,
         )
 
     async def observe_many(
@@ -143,11 +156,13 @@ class Observer:
         ``aexec.observe_many`` documents the rest: it is this method on a shared observer.
         """
         base = self.options if options is None else options
-        opts = attrs.evolve(
-            base,
-            limit=limit if limit is not None else base.limit,
-            cache_dir=cache_dir if cache_dir is not None else base.cache_dir,
-        )
+        opts = base  # a new record only for an override (its converters cost ~20 µs)
+        if limit is not None or cache_dir is not None:
+            opts = attrs.evolve(
+                base,
+                limit=limit if limit is not None else base.limit,
+                cache_dir=cache_dir if cache_dir is not None else base.cache_dir,
+            )
         if executor is not None:
             return await executor.observe_many(
                 candidates, limit=opts.limit, cache_dir=opts.cache_dir, on_observation=on_observation

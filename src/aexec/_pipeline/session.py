@@ -39,7 +39,6 @@ from .._stages.judge import Outcome, Patches
 from .._stages.keys import artifact_version, bytecode_key, observation_key, run_inputs
 from .._stages.plan import SYSTEM_PATHS, view_readonly
 from .._stages.policy import declare
-from .._types import TestVerdict
 from .cache import DiskCache, Inflight, Memo, in_thread
 from .request import Checked
 from .toolchain import LangToolchain, Toolchain, resolve_python
@@ -101,6 +100,8 @@ class Session:
         limit: int,
         cpu_slots: int,
         selections: dict[str, tuple[str, ...] | None],
+        declared: dict[tuple[Any, ...], tuple[Environment, Any]] | None = None,
+        enforced: dict[tuple[tuple[str, ...], str], dict[str, str]] | None = None,
     ) -> None:
         self.warm = warm
         self.options = options
@@ -143,12 +144,12 @@ class Session:
         self.selections = selections
         self.runs = 0
         self._environments: dict[str, tuple[Environment, Any]] = {}
-        #: A declared environment (and its form in the keys) per what it is made of.
-        self._declared: dict[tuple[Any, ...], tuple[Environment, Any]] = {}
+        #: Declared environments (and key forms) by inputs, the isolation's record by view.
+        self._declared = declared if declared is not None else {}
+        self._enforced_by_view = enforced if enforced is not None else {}
         self._max_cores = float(os.cpu_count() or 1)
         #: What finds an interpreter's Debian packages (`run_env`), read once per call.
         self._run_envs: dict[str, tuple[tuple[str, str], ...]] = {}
-        self._enforced_by_view: dict[tuple[tuple[str, ...], str], dict[str, str]] = {}
 
     def view_paths(self, tool: Toolchain, lang: LangToolchain | None) -> tuple[str, ...]:
         """What a run's view binds read-only beyond the system directories: the
@@ -209,6 +210,7 @@ class Session:
             tool.path,
             candidate.repo is not None,
             candidate.request_type,
+            self._max_cores,
         )
         declared_once = self._declared.get(declaring)
         env = (
@@ -278,9 +280,8 @@ class Session:
         )
 
     def _distinct(self, env: Environment) -> tuple[Environment, dict[str, Any]]:
-        """``env`` and its declared form, one record per distinct environment: every
-        observation holds its own otherwise (~0.6 KiB each, most of what 100,000
-        observations of one call keep in memory)."""
+        """``env`` and its declared form, one record per distinct environment (each
+        observation would hold its own: ~0.6 KiB, most of what 100,000 keep in memory)."""
         declared = _serde.unstructure_env(env)
         return self._environments.setdefault(json.dumps(declared, sort_keys=True), (env, declared))
 
@@ -375,8 +376,7 @@ def _read(candidate: Candidate, runner: Runner) -> tuple[Patches, frozenset[str]
     """What the request's patches touch (`patch_paths`: ``git apply --numstat``) and, for a
     pytest run of a repo, the repo's top-level modules: one worker-thread hop per job."""
     touched: list[str] = []
-    oracle: list[str] = []
-    unreadable = oracle_unreadable = None
+    oracle, unreadable, oracle_unreadable = list[str](), None, None
     if candidate.test_patch is not None:
         try:
             oracle = patch_paths(candidate.test_patch)
@@ -396,5 +396,4 @@ def _read(candidate: Candidate, runner: Runner) -> tuple[Patches, frozenset[str]
 def _verdicts(hit: Any) -> Outcome:
     if not isinstance(hit, dict):
         raise TypeError("a before-run entry is a mapping of node ids to verdicts")
-    verdicts: dict[str, TestVerdict] = {str(k): v for k, v in hit.items()}
-    return Outcome(verdicts=verdicts)
+    return Outcome(verdicts={str(k): v for k, v in hit.items()})

@@ -4,7 +4,8 @@ An interpreter's version and its distributions' fingerprint are part of every ca
 the directories it reads are made reachable inside the boundary. Probing starts the
 interpreter, so it is done once per `Toolchains` (one per `Observer`) while the
 interpreter and its import directories are unchanged, and with a cache dir once until
-they change.
+they change. Whether they changed is rechecked once per call, or with
+`Options.recheck_s` once per that many seconds (`Rechecked`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import attrs
 
 from .._errors import RequestError
 from .._stages.keys import lang_fingerprint, sources_key, toolchain_identity, toolchain_key
-from .cache import DiskCache, Inflight, in_thread
+from .cache import DiskCache, Inflight, Rechecked, in_thread
 
 #: How long asking an interpreter for its version and packages may take.
 PROBE_TIMEOUT_S = 60.0
@@ -198,13 +199,16 @@ def _from_disk(hit: object) -> Toolchain | None:
 class Toolchains:
     """Interpreters probed so far (by an `Observer`), each valid while its stamp holds."""
 
-    def __init__(self, aexec_version: str) -> None:
+    def __init__(self, aexec_version: str, recheck_s: float = 0.0) -> None:
         self._known: dict[str, Toolchain] = {}
         self._version = aexec_version
+        #: Each interpreter's last recheck (its stamp and editable sources).
+        self._rechecked: Rechecked[Toolchain] = Rechecked(recheck_s)
 
     async def get(self, python: str, inflight: Inflight[Toolchain], disk: DiskCache | None) -> Toolchain:
         """``python``'s toolchain, probed once per ``inflight`` (a call) and change; its
-        editable sources stamped once per call (`Toolchain.sources`)."""
+        editable sources stamped once per call (`Toolchain.sources`) — or both rechecked
+        once per `Options.recheck_s` (`Rechecked`)."""
         try:
             os.stat(python)
         except OSError as e:
@@ -235,7 +239,7 @@ class Toolchains:
                 tool = attrs.evolve(tool, sources=await in_thread(sources_stamp, tool.editable))
             return tool
 
-        tool, _ = await inflight.run(python, this_call)
+        tool, _ = await inflight.run(python, lambda: self._rechecked.run(python, this_call))
         return tool
 
 
@@ -344,10 +348,14 @@ async def probe_language(language: str) -> LangToolchain:
 class LangToolchains:
     """Language toolchains probed so far (by an `Observer`), each valid while its stamp holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, recheck_s: float = 0.0) -> None:
         self._known: dict[str, LangToolchain] = {}
+        self._rechecked: Rechecked[LangToolchain] = Rechecked(recheck_s)
 
     async def get(self, language: str, inflight: Inflight[LangToolchain]) -> LangToolchain:
+        """``language``'s toolchain, its tools' stamps rechecked once per ``inflight`` (a
+        call), or once per `Options.recheck_s` (`Rechecked`)."""
+
         async def probe() -> LangToolchain:
             known = self._known.get(language)
             if known is not None and known.stamp == await in_thread(stamp, dict(known.tools).values()):
@@ -356,5 +364,5 @@ class LangToolchains:
             self._known[language] = found
             return found
 
-        tool, _ = await inflight.run(language, probe)
+        tool, _ = await inflight.run(language, lambda: self._rechecked.run(language, probe))
         return tool

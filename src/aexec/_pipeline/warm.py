@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 
 import anyio
 
@@ -25,7 +26,7 @@ from .._log import get_logger
 from .._options import Options
 from .._stages.keys import server_key
 from .._stages.plan import Scratch, candidate_env
-from .cache import Inflight, in_thread
+from .cache import Inflight, Rechecked, in_thread
 from .remover import Remover
 from .toolchain import LangToolchains, Toolchain, Toolchains
 
@@ -38,12 +39,14 @@ class Warm:
     def __init__(self, options: Options, version: str) -> None:
         self.options = options
         self.version = version
-        self.toolchains = Toolchains(version)
-        self.lang_toolchains = LangToolchains()
+        self.toolchains = Toolchains(version, options.recheck_s)
+        self.lang_toolchains = LangToolchains(options.recheck_s)
         #: Warm fork servers, by what they serve (`server`).
         self._servers: dict[str, ForkServer] = {}
         #: The keys whose server a call is settling now (`_settle`).
         self._starting: dict[str, anyio.Event] = {}
+        #: The last check of each running server's files (`_settle`; `Options.recheck_s`).
+        self._rechecked: Rechecked[ForkServer] = Rechecked(options.recheck_s)
         #: Servers replaced because a file behind them changed, until their runs end.
         self._retired: list[ForkServer] = []
         self._bytecode_dir: str | None = None
@@ -118,25 +121,37 @@ class Warm:
     async def _settle(self, key: str, python: str, mode: str, env: dict[str, str]) -> ForkServer | None:
         """The server of ``key`` for a call: the running one while every file behind its
         modules is unchanged (`ForkServer.changed`: a forked run runs the code the server
-        imported, a cold run the files'), else a new one (None if it cannot start)."""
+        imported, a cold run the files'), else a new one (None if it cannot start). The
+        files are checked once per call, or once per `Options.recheck_s`."""
         # Concurrent calls on this observer (a server's requests) wait for the one that
         # is settling this key, and share its server: a second start would replace the
         # first server, and closing it would kill the runs it had begun (issue 31).
-        while (settling := self._starting.get(key)) is not None:
+        while True:
+            held = self._rechecked.fresh(key)  # none while a settle runs: it began stale
+            if held is not None and held.alive and self._servers.get(key) is held:
+                return held
+            settling = self._starting.get(key)
+            if settling is None:
+                break
             await settling.wait()
         self._starting[key] = event = anyio.Event()
+        began = time.monotonic()
         try:
             self._retired = [s for s in self._retired if not s.exited]  # reaped
             running = self._servers.get(key)
             if running is not None and running.alive:
                 gone = await in_thread(running.changed)
                 if gone is None:
+                    self._rechecked.checked(key, running, began)
                     return running
                 log.info("forkserver_stale", python=python, mode=mode, changed=gone)
                 # runs of another call it started end as they would have; then it exits
                 running.retire()
                 self._retired.append(self._servers.pop(key))
-            return await self._start(key, python, mode, env)
+            server = await self._start(key, python, mode, env)
+            if server is not None:  # it imports the files as they are from now on
+                self._rechecked.checked(key, server, began)
+            return server
         finally:
             del self._starting[key]
             event.set()

@@ -35,6 +35,12 @@ from .app import Settings, build
 log = get_logger(__name__)
 
 
+#: `ServeConfig.recheck_s`'s default: each request is a call of its own, which would
+#: otherwise recheck (a ``stat`` of each file behind the interpreter's editable installs
+#: and the fork server's modules, and three thread hops) once per request.
+RECHECK_S = 0.5
+
+
 @attrs.frozen
 class ServeConfig:
     host: str = "127.0.0.1"
@@ -51,6 +57,10 @@ class ServeConfig:
     environment: EnvSpec | None = None
     #: Sessions open at once at most (``POST /sessions`` past it: 429).
     sessions: int = 4
+    #: Seconds a recheck of what runs rest on (the interpreter, its editable sources, a
+    #: fork server's files) holds for later requests (`Options.recheck_s`): an edit there
+    #: is seen by the requests that arrive that long after it; 0: every request rechecks.
+    recheck_s: float = RECHECK_S
 
 
 def is_loopback(host: str) -> bool:
@@ -118,6 +128,8 @@ def check_config(config: ServeConfig) -> None:
             )
     if config.python is not None and not os.access(config.python, os.X_OK):
         raise RequestError(f"--python {config.python}: not an executable file")
+    if not 0 <= config.recheck_s < float("inf"):
+        raise RequestError(f"--recheck-s must be a number of seconds >= 0, got {config.recheck_s}")
     if not 0 <= config.port <= 65535:
         raise RequestError(f"--port must be in [0, 65535], got {config.port}")
 
@@ -168,6 +180,7 @@ async def serve(
         hc.accesslog = None
         hc.errorlog = None  # the application logs its own errors, through aexec._log
         hc.keep_alive_timeout = 75.0
+        options = attrs.evolve(options, recheck_s=config.recheck_s)
         async with make_observer(options, supervisor=supervisor) as obs:
             app = build(
                 Settings(
