@@ -8,4 +8,4 @@ another version.
 
 from __future__ import annotations
 
-VERSION = "0.6.0"
+VERSION = "0.6.1"
