@@ -6,9 +6,8 @@ into capped buffers, enforces the wall-clock deadline with a cancel scope, and k
 whole process tree: the run's cgroups (``cgroup.kill``), the PID namespace's init, or the
 process group, by what `Isolation` the run has. It judges nothing.
 
-`Supervisor` is the seam: the pipeline calls ``supervisor.execute(invocation)``, and a
-test (or a harness) may pass its own in (``observe_many(..., supervisor=...)``), e.g.
-one that counts runs around `LocalSupervisor`.
+`Supervisor` is the seam: the pipeline calls ``supervisor.execute(invocation)``; a test
+or a harness may pass its own in (``observe_many(..., supervisor=...)``).
 """
 
 from __future__ import annotations
@@ -160,6 +159,14 @@ def _kill_tree(proc: anyio.abc.Process, inv: Invocation, isolation: Isolation) -
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+async def _kill_and_reap(proc: anyio.abc.Process, inv: Invocation, isolation: Isolation) -> None:
+    """The run failed or was cancelled: its whole tree killed and reaped, shielded."""
+    with anyio.CancelScope(shield=True):
+        _kill_tree(proc, inv, isolation)
+        with anyio.move_on_after(KILL_WAIT_S):
+            await proc.wait()
+
+
 def _read_report(path: str) -> tuple[tuple[Record, ...], int]:
     try:
         with open(path, "rb") as f:
@@ -297,10 +304,7 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
                 # Something outside the run's kill still holds the pipes open.
                 tg.cancel_scope.cancel()
     except BaseException:
-        with anyio.CancelScope(shield=True):
-            _kill_tree(proc, inv, isolation)
-            with anyio.move_on_after(KILL_WAIT_S):
-                await proc.wait()
+        await _kill_and_reap(proc, inv, isolation)
         raise
     finally:
         with anyio.CancelScope(shield=True):
@@ -309,8 +313,7 @@ async def _execute(inv: Invocation, isolation: Isolation) -> RawRun:
 
 
 async def _execute_served(inv: Invocation, isolation: Isolation, proc: ServedProcess, start: float) -> RawRun:
-    """`_execute` for a run the fork server forked: the server drains its output, so
-    one task waits (`_MemoryWatch.wait`) where a cold run has three."""
+    """`_execute` for a run the fork server forked and drains: one task, no pipes."""
     timed_out = False
     killed_usage: tuple[float | None, int | None] = (None, None)
     memory = _MemoryWatch()
@@ -335,16 +338,13 @@ async def _execute_served(inv: Invocation, isolation: Isolation, proc: ServedPro
             with anyio.move_on_after(EOF_GRACE_S + KILL_WAIT_S):
                 out, err, dropped = await proc.output()
     except BaseException:
-        with anyio.CancelScope(shield=True):
-            _kill_tree(proc, inv, isolation)
-            with anyio.move_on_after(KILL_WAIT_S):
-                await proc.wait()
+        await _kill_and_reap(proc, inv, isolation)
         raise
     finally:
         proc.close()
     cap = inv.stream_cap
-    stdout, stderr = _text("stdout", out, dropped[0], cap), _text("stderr", err, dropped[1], cap)
-    return _raw(inv, proc, start, timed_out, memory, killed_usage, stdout, stderr)
+    texts = _text("stdout", out, dropped[0], cap), _text("stderr", err, dropped[1], cap)
+    return _raw(inv, proc, start, timed_out, memory, killed_usage, *texts)
 
 
 def _raw(
