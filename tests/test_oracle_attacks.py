@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import attrs
@@ -370,7 +371,9 @@ async def test_unittest_run_that_swallows_is_caught(make_repo: MakeRepo) -> None
 # -- pytest's own checkout: a real fix in src/_pytest resolves, a rewritten report does not ---
 
 P5840 = "pytest-dev__pytest-5840"
-DEV = Path(os.environ.get("AEXEC_SWEBENCH_DEV", "/work/shared/swebench-dev"))
+#: The five SWE-bench instances beside the repo (``../shared``), as test_checkout_builds.py reads them.
+SHARED_DEV = Path(__file__).resolve().parents[1].parent / "shared" / "swebench-dev"
+DEV = Path(os.environ.get("AEXEC_SWEBENCH_DEV", SHARED_DEV))
 #: ``call_and_report`` rewritten: every report passes, and no hook hears the exception.
 REPORT_5840 = (
     "    report = hook.pytest_runtest_makereport(item=item, call=call)\n",
@@ -384,12 +387,15 @@ def pytest_5840(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, di
     """pytest 5.1's checkout, made runnable on this machine's Python: the version file
     setuptools-scm would write, plain asserts (pytest 5.1's rewriting predates 3.10's
     AST), and an interpreter with its dependencies."""
+    archive = DEV / f"{P5840}.tar.xz"
+    if not archive.is_file() or not (DEV / "instances.jsonl").is_file():
+        pytest.skip(f"no {archive}: the five SWE-bench instances sit beside the repo (../shared)")
     rows = [json.loads(line) for line in (DEV / "instances.jsonl").read_text().splitlines() if line]
-    row = next((r for r in rows if r["instance_id"] == P5840), None)
-    checkout = Path("/work/checkouts") / P5840
-    if row is None or not checkout.is_dir():
-        pytest.skip(f"no {P5840} checkout here")
+    row = next(r for r in rows if r["instance_id"] == P5840)
     base = tmp_path_factory.mktemp("p5840")
+    with tarfile.open(archive) as tar:
+        tar.extractall(base / "unpacked", filter="tar")
+    checkout = base / "unpacked" / P5840
     repo = base / "repo"
     shutil.copytree(checkout, repo, symlinks=True, ignore=shutil.ignore_patterns(".git"))
     (repo / "src" / "_pytest" / "_version.py").write_text('version = "5.1.3.dev0"\n')
