@@ -41,10 +41,8 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -206,48 +204,6 @@ class TreeCpu:
 # --------------------------------------------------------------------------- aexec serve
 
 
-class Server:
-    """``aexec serve --port 0 --no-cache`` by this interpreter, in ``cpu``'s cgroups."""
-
-    def __init__(self, cpu: TreeCpu, start_timeout: float = 60) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aexec", "serve", "--port", "0", "--no-cache"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=cpu.enter,
-        )
-        self.url = ""
-        self.lines: list[str] = []
-        ready = threading.Event()
-
-        def drain() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                if "listening on " in line and not self.url:
-                    self.url = line.split("listening on ", 1)[1].split()[0]
-                    ready.set()
-            ready.set()
-
-        self.reader = threading.Thread(target=drain, daemon=True)
-        self.reader.start()
-        ready.wait(start_timeout)
-        if not self.url:
-            self.stop()
-            raise RuntimeError(f"aexec serve did not start: {''.join(self.lines)[-1000:]}")
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.reader.join(10)
-        return rc
-
-
 def payload(code: str) -> dict[str, Any]:
     """One program as verl's ``call_sandbox_api`` sends it."""
     return {
@@ -351,17 +307,23 @@ def run_serve(runs: dict[str, list[dict]], warm_up: list[dict]) -> dict:
     cpu = TreeCpu(f"peers-serve-{os.getpid()}")
     if not cpu.dirs:
         return {"error": "no CPU-accounting cgroup could be made (cpuacct or cgroup v2): need root"}
+    from aexec.testing import ServeProcess
+
     reaped0 = reaped_cpu_s()
     try:
-        server = Server(cpu)
+        server = ServeProcess(preexec_fn=cpu.enter)
     except RuntimeError as e:
         cpu.remove()
-        return {"error": str(e)}
+        return {"error": str(e)[-1000:]}
     results: dict[str, Any] = {"cgroups": {k: str(v) for k, v in cpu.dirs.items()}}
     try:
         results.update(asyncio.run(serve_workloads(server.url, cpu, runs, warm_up)))
     finally:
-        results["exit"] = server.stop()
+        try:
+            results["exit"] = server.stop(60)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            results["exit"] = server.wait(60)
         # A check of the cgroups' count: the server's whole life by the cgroups, and what
         # the kernel charged to this process for it once it exited (the rusage of its tree
         # as far as it was reaped: lower when processes were reaped by others or not at all).
