@@ -3,6 +3,8 @@
 take, with no library and no boundary step beyond the namespaces (Linux, root, x86_64).
 
     python benchmarks/init_shapes.py [RUNS] [ROUNDS]      (defaults 300, 3)
+    python benchmarks/init_shapes.py rate [SECONDS] [WORKERS] [ROUNDS]   (5, 2, 3)
+    python benchmarks/init_shapes.py floor [RUNS]          (300: today's shape, one JSON line)
 
 A warm interpreter (pytest imported, as a pytest-mode fork server has) makes RUNS runs of
 ``x = 1`` per shape, the shapes alternating within each round, and prints the CPU (its
@@ -19,14 +21,25 @@ own and its reaped children's, ``os.times``) and the wall time per run:
 * ``no network namespace``: today's shape without it.
 * ``bare fork``: the candidate forked by the server, nothing else (no namespace, no init).
 
+``floor``: today's shape only, its CPU and wall per run as JSON: the isolated floor, for
+a benchmark that measures against it in the same minutes (``run_steps.py``'s A/B rounds:
+on this shared machine the same code's CPU per run drifts by a quarter within an hour).
+
+``rate``: each shape's throughput on this machine, the ceiling of any harness that
+makes its runs in that shape: WORKERS forks of this interpreter make runs one after
+another for SECONDS, all at once, and the runs they made in all are counted (runs/s;
+the kernel's work done for a run outside its processes, a network namespace's teardown
+in a kernel worker among it, is in this figure and not in the CPU above).
+
 What this leaves out, for every shape alike: the cgroups, the view, the uid, the syscall
 filter, the rlimits, the pipes and the report (the init's and the candidate's other
-steps), and the library (aexec's own ~5 ms per run).
+steps), and the library (aexec's own process: 2–3 ms per run in 2026-12).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -136,9 +149,52 @@ def measure(run: Callable[[], None], n: int) -> tuple[float, float]:
     return cpu / n * 1000, (w1 - w0) / n * 1000
 
 
+def rate(run: Callable[[], None], seconds: float, workers: int) -> float:
+    """Runs per second made by ``workers`` forks of this process running ``run`` in a
+    loop, all for the same ``seconds``."""
+    _check(libc.setns(OWN_PID_NS, NEWPID), "setns")  # a shape may have left another for children
+    r, w = os.pipe()
+    start = time.monotonic() + 0.2  # every worker forked before any begins
+    pids = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            made = 0
+            try:
+                time.sleep(max(0.0, start - time.monotonic()))
+                while time.monotonic() < start + seconds:
+                    run()
+                    made += 1
+            finally:
+                os.write(w, b"%d\n" % made)
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        made = [int(line) for line in f]
+    if len(made) != workers:
+        raise RuntimeError(f"{workers - len(made)} of {workers} workers reported nothing")
+    return sum(made) / seconds
+
+
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    if len(sys.argv) > 1 and sys.argv[1] == "floor":
+        n = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+        measure(python_init, 20)  # its first runs, untimed
+        cpu, wall = measure(python_init, n)
+        print(json.dumps({"cpu_ms": cpu, "wall_ms": wall}))
+        return
+    mode_rate = len(sys.argv) > 1 and sys.argv[1] == "rate"
+    args = sys.argv[2:] if mode_rate else sys.argv[1:]
+    if mode_rate:
+        seconds = float(args[0]) if args else 5.0
+        workers = int(args[1]) if len(args) > 1 else 2
+        rounds = int(args[2]) if len(args) > 2 else 3
+    else:
+        n = int(args[0]) if args else 300
+        rounds = int(args[1]) if len(args) > 1 else 3
     shapes: dict[str, Callable[[], None]] = {"namespaces + python init": python_init}
     tmp = tempfile.mkdtemp(prefix="aexec-init-shapes-")
     try:
@@ -155,6 +211,12 @@ def main() -> None:
         shapes["bare fork"] = bare_fork
         for r in range(rounds):
             for name, run in shapes.items():
+                if mode_rate:
+                    for _ in range(20):  # the shape's first runs, untimed
+                        run()
+                    made = rate(run, seconds, workers)
+                    print(f"round {r} {name:28} {made:6.0f} runs/s ({workers} workers)", flush=True)
+                    continue
                 cpu, wall = measure(run, n)
                 print(f"round {r} {name:28} {cpu:5.2f} ms CPU {wall:5.2f} ms wall per run", flush=True)
     finally:

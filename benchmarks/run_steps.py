@@ -4,6 +4,8 @@ tree's CPU per run against another checkout (Linux, root: the whole boundary on)
 
     python benchmarks/run_steps.py steps [N]              per-step CPU, this checkout
     python benchmarks/run_steps.py ab THIS_SRC OTHER_SRC [N] [ROUNDS]
+    python benchmarks/run_steps.py serve-ab THIS_SRC OTHER_SRC [N] [ROUNDS]
+    python benchmarks/run_steps.py call-ab THIS_SRC OTHER_SRC [N] [ROUNDS]
     python benchmarks/run_steps.py snapshot ROOT [ROUNDS]  a snapshot's walk, relpath against not
 
 ``steps``: N trivial snippets (``x = i``) through one ``observe_many``, default options.
@@ -26,6 +28,16 @@ alternating (``PYTHONPATH``); medians, and the paired difference per round. The 
 average is printed before and after: the machine is shared. Keep both copies of the
 source alike in where they lie: each is on the runs' sys.path, so in their view, and one
 under /tmp (a tmp target) costs each run's init binds of its own (`view._place_late`).
+
+``serve-ab``: the same rounds through ``aexec serve``'s ``/run_code`` (``peers.py``'s
+``aexec-serve`` harness: verl's request shape, 64 clients, the server in cgroups of its
+own): N trivial programs per round after 200 untimed, the server's whole tree's CPU and
+its own process's per request. Each round of ``ab`` and ``serve-ab`` first measures the
+isolated floor (`init_shapes.py floor`), and each side is also given against it.
+
+``call-ab``: N ``aexec.observe`` calls of one trivial snippet each, one after another on
+one observer (as a server's requests are calls), after 30 untimed: the calling
+process's CPU and its loop thread's per call (the runs' processes are not in it).
 """
 
 from __future__ import annotations
@@ -318,12 +330,38 @@ def steps_worker(n: int) -> None:
     print(json.dumps(anyio.run(go)))
 
 
+def _floor_ms() -> float:
+    """The isolated floor now (`init_shapes.py floor`): CPU per run, ms."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "init_shapes.py"), "floor", "300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["cpu_ms"])
+
+
+def _ratios(got: dict[str, list[dict[str, float]]], floors: list[float]) -> None:
+    """Each side's whole tree against the floor measured in the same round."""
+    print(
+        f"the floor, per round: {', '.join(f'{f:.2f}' for f in floors)} ms (median {statistics.median(floors):.2f})"
+    )
+    for side, rows in got.items():
+        ratios = [row["cpu_ms"] / floor for row, floor in zip(rows, floors, strict=True)]
+        print(
+            f"{side}: whole tree / the round's floor: median {statistics.median(ratios):.2f}x "
+            f"({', '.join(f'{x:.2f}' for x in ratios)})"
+        )
+
+
 def ab(this: str, other: str, n: int, rounds: int) -> None:
     peers = ROOT / "benchmarks" / "peers.py"
     sides = {"this": this, "other": other}
     got: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+    floors: list[float] = []
     print(f"load average before {os.getloadavg()}")
     for r in range(rounds):
+        floors.append(_floor_ms())
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for side in order:
             row = _worker([str(peers), "--boundary-worker", "whole boundary", str(n)], sides[side])
@@ -334,12 +372,138 @@ def ab(this: str, other: str, n: int, rounds: int) -> None:
                 flush=True,
             )
     print(f"load average after {os.getloadavg()}")
+    _ratios(got, floors)
     for side in sides:
         rows = got[side]
         print(
             f"{side}: whole tree {statistics.median(r['cpu_ms'] for r in rows):.2f} ms, aexec "
             f"{statistics.median(r['cpu_ms'] - r['server_ms'] for r in rows):.2f} ms, server + runs "
             f"{statistics.median(r['server_ms'] for r in rows):.2f} ms (medians of {len(rows)})"
+        )
+    diffs = [a["cpu_ms"] - b["cpu_ms"] for a, b in zip(got["this"], got["other"], strict=True)]
+    print(
+        f"paired difference this - other, whole tree: median {statistics.median(diffs):+.2f} ms "
+        f"({sum(d < 0 for d in diffs)} of {len(diffs)} below 0): {', '.join(f'{d:+.2f}' for d in diffs)}"
+    )
+
+
+def serve_worker(n: int) -> None:
+    """N trivial programs through ``/run_code`` of a server this interpreter runs (its
+    ``PYTHONPATH`` the side's), after 200 untimed; the JSON of what it cost."""
+    import asyncio
+    import contextlib
+
+    import httpx
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import _peers_more as serve
+    from aexec.testing import ServeProcess
+    from peers import trivial_items
+
+    def own_cpu_s(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    async def go(server: ServeProcess, cpu: Any) -> dict[str, Any]:
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [
+                await stack.enter_async_context(httpx.AsyncClient(timeout=20)) for _ in range(serve.CLIENTS)
+            ]
+            await serve.drive(clients, server.url, trivial_items(200, "warm-up"))
+            c0, s0, t0 = cpu.read(), own_cpu_s(server.proc.pid), time.monotonic()
+            outcomes, _, _ = await serve.drive(clients, server.url, trivial_items(n))
+            t1, c1, s1 = time.monotonic(), cpu.read(), own_cpu_s(server.proc.pid)
+        kind = next(iter(c1))
+        return {
+            "cpu_ms": 1000 * (c1[kind] - c0[kind]) / n,
+            "serve_ms": 1000 * (s1 - s0) / n,
+            "rate": n / (t1 - t0),
+            "wrong": sum(o != "pass" for o in outcomes),
+        }
+
+    cpu = serve.TreeCpu(f"run-steps-serve-{os.getpid()}")
+    if not cpu.dirs:
+        raise SystemExit("no CPU-accounting cgroup could be made (need root)")
+    server = ServeProcess(preexec_fn=cpu.enter)
+    assert __import__("aexec").__file__.startswith(os.environ["PYTHONPATH"]), "PYTHONPATH did not take"
+    try:
+        print(json.dumps(asyncio.run(go(server, cpu))))
+    finally:
+        server.stop(60)
+        cpu.remove()
+
+
+def call_worker(n: int) -> None:
+    """N one-candidate ``observe`` calls in a row; the JSON of their CPU per call."""
+    import anyio
+
+    import aexec
+
+    async def go() -> dict[str, float]:
+        async with aexec.observer(aexec.Options()) as obs:
+            for i in range(30):
+                await aexec.observe(
+                    aexec.Candidate("run_entry", "snippet", code=f"x = {i}  # warm-up\n"), observer=obs
+                )
+            t0, p0 = time.thread_time(), time.process_time()
+            wrong = 0
+            for i in range(n):
+                o = await aexec.observe(
+                    aexec.Candidate("run_entry", "snippet", code=f"x = {i}\n"), observer=obs
+                )
+                wrong += o.failure is not None
+            t1, p1 = time.thread_time(), time.process_time()
+        return {"process_ms": 1000 * (p1 - p0) / n, "loop_ms": 1000 * (t1 - t0) / n, "wrong": wrong}
+
+    assert aexec.__file__.startswith(os.environ["PYTHONPATH"]), "PYTHONPATH did not take"
+    print(json.dumps(anyio.run(go)))
+
+
+def call_ab(this: str, other: str, n: int, rounds: int) -> None:
+    sides = {"this": this, "other": other}
+    got: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+    print(f"load average before {os.getloadavg()}")
+    for r in range(rounds):
+        for side in list(sides) if r % 2 == 0 else list(reversed(sides)):
+            row = _worker([__file__, "call-worker", str(n)], sides[side])
+            got[side].append(row)
+            print(
+                f"round {r + 1} {side}: {row['process_ms']:.2f} ms CPU per call (loop thread "
+                f"{row['loop_ms']:.2f}), wrong {row['wrong']}",
+                flush=True,
+            )
+    print(f"load average after {os.getloadavg()}")
+    for key in ("process_ms", "loop_ms"):
+        diffs = [a[key] - b[key] for a, b in zip(got["this"], got["other"], strict=True)]
+        medians = {side: statistics.median(row[key] for row in rows) for side, rows in got.items()}
+        print(
+            f"{key}: this {medians['this']:.2f}, other {medians['other']:.2f} (medians); paired this - other "
+            f"median {statistics.median(diffs):+.2f} ms ({sum(d < 0 for d in diffs)} of {len(diffs)} below 0)"
+        )
+
+
+def serve_ab(this: str, other: str, n: int, rounds: int) -> None:
+    sides = {"this": this, "other": other}
+    got: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+    floors: list[float] = []
+    print(f"load average before {os.getloadavg()}")
+    for r in range(rounds):
+        floors.append(_floor_ms())
+        for side in list(sides) if r % 2 == 0 else list(reversed(sides)):
+            row = _worker([__file__, "serve-worker", str(n)], sides[side])
+            got[side].append(row)
+            print(
+                f"round {r + 1} {side}: {row['cpu_ms']:.2f} ms CPU per request (serve process "
+                f"{row['serve_ms']:.2f}), {row['rate']:.0f}/s, wrong {row['wrong']}",
+                flush=True,
+            )
+    print(f"load average after {os.getloadavg()}")
+    _ratios(got, floors)
+    for side, rows in got.items():
+        print(
+            f"{side}: whole tree {statistics.median(r['cpu_ms'] for r in rows):.2f} ms, serve process "
+            f"{statistics.median(r['serve_ms'] for r in rows):.2f} ms (medians of {len(rows)})"
         )
     diffs = [a["cpu_ms"] - b["cpu_ms"] for a, b in zip(got["this"], got["other"], strict=True)]
     print(
@@ -383,6 +547,18 @@ if __name__ == "__main__":
         steps_worker(int(rest[0]))
     elif cmd == "snapshot":
         snapshot_cost(rest[0], int(rest[1]) if len(rest) > 1 else 20)
+    elif cmd == "serve-worker":
+        serve_worker(int(rest[0]))
+    elif cmd == "call-worker":
+        call_worker(int(rest[0]))
+    elif cmd == "call-ab":
+        call_ab(
+            rest[0], rest[1], int(rest[2]) if len(rest) > 2 else 300, int(rest[3]) if len(rest) > 3 else 10
+        )
+    elif cmd == "serve-ab":
+        serve_ab(
+            rest[0], rest[1], int(rest[2]) if len(rest) > 2 else 1000, int(rest[3]) if len(rest) > 3 else 6
+        )
     elif cmd == "ab":
         ab(rest[0], rest[1], int(rest[2]) if len(rest) > 2 else 400, int(rest[3]) if len(rest) > 3 else 6)
     else:
