@@ -104,6 +104,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_pipeline.request",
             "_pipeline.warm",
             "_pipeline.session",
+            "_pipeline.small",
             "_pipeline.invoke",
             "_pipeline.rebuild",
             "_pipeline.canary",

@@ -27,7 +27,9 @@ from .._stages.plan import Scratch
 from .._version import VERSION
 from .cache import in_thread
 from .request import Checked, selections, validate_all
+from .run import remove_scratches
 from .session import WAITING_RUNS_PER_CORE, Session
+from .small import remove_small
 from .warm import Warm
 from .witness import environment_broken, observe_one, unobservable
 
@@ -174,41 +176,61 @@ class Observer:
         )
         slots = session.slots.limit
         results: list[ExecutionObservation | None] = [None] * len(items)
+
+        async def observe_at(i: int, leftover: list[Scratch]) -> None:
+            """Candidate ``i`` observed and delivered; its scratch roots left in
+            ``leftover``, for the caller to remove (after the delivery: issue 20)."""
+            checked = items[i]
+            assert checked is not None  # each index is taken once
+            # Observed candidates are let go as they are done: a call of 100,000
+            # holds each only until its observation is made (issue 20, goal 4).
+            items[i] = None
+            try:
+                job = await session.job(i, checked)
+                obs = await observe_one(session, job, leftover)
+            except EnvBroken as e:  # the environment's fault, never the candidate's
+                obs = environment_broken(checked.candidate, checked.classification, e, self.version)
+                log.warning("environment_broken", candidate=checked.candidate.id, kind=e.kind)
+            except Exception as e:
+                obs = unobservable(checked.candidate, checked.classification, e, self.version)
+                log.error("observation_failed", candidate=checked.candidate.id, error=obs.error)
+            results[i] = obs
+            if on_observation is not None:
+                on_observation(i, obs)
+
+        if len(items) == 1 and on_observation is None:
+            # One candidate, no callback (`observe`; each request of a server): observed
+            # in the caller's task, without the workers' stream and task group, and its
+            # roots removed here if small, else in one worker-thread hop, not handed to
+            # the remover and waited for (issue 42). A callback's error stays in a
+            # group, as for many.
+            leftover: list[Scratch] = []
+            try:
+                await observe_at(0, leftover)
+            finally:
+                remove_small(leftover)
+                await remove_scratches(leftover)
+            return [r for r in results if r is not None]
+
         send, receive = anyio.create_memory_object_stream[int](max_buffer_size=len(items) or 1)
         for i in range(len(items)):
             send.send_nowait(i)
         send.close()
-
         remover, ticket = self.warm.remover, 0
 
         async def worker() -> None:
             # A candidate's scratch roots are removed after its observation is
-            # delivered, not on its way (issue 20): latency, not less cleanup. They are
-            # handed to the remover's thread (no thread hop per candidate), and the call
-            # waits for them all at its end.
+            # delivered, not on its way (issue 20): latency, not less cleanup. Small ones
+            # here; the others are handed to the remover's thread (no thread hop per
+            # candidate), and the call waits for them all at its end.
             nonlocal ticket
             leftover: list[Scratch] = []
             try:
                 async for i in receive:
-                    checked = items[i]
-                    assert checked is not None  # each index is taken once
-                    # Observed candidates are let go as they are done: a call of 100,000
-                    # holds each only until its observation is made (issue 20, goal 4).
-                    items[i] = None
                     try:
-                        job = await session.job(i, checked)
-                        obs = await observe_one(session, job, leftover)
-                    except EnvBroken as e:  # the environment's fault, never the candidate's
-                        obs = environment_broken(checked.candidate, checked.classification, e, self.version)
-                        log.warning("environment_broken", candidate=checked.candidate.id, kind=e.kind)
-                    except Exception as e:
-                        obs = unobservable(checked.candidate, checked.classification, e, self.version)
-                        log.error("observation_failed", candidate=checked.candidate.id, error=obs.error)
-                    results[i] = obs
-                    try:
-                        if on_observation is not None:
-                            on_observation(i, obs)
+                        await observe_at(i, leftover)
                     finally:
+                        remove_small(leftover)
                         ticket = remover.put(leftover) if leftover else ticket
             finally:
                 ticket = remover.put(leftover) if leftover else ticket

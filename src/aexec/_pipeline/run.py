@@ -7,6 +7,9 @@
 3. **collect** (`collect`, one worker-thread hop): parse the evidence, diff the scratch
    root, read what the repo defines of what the run found missing.
 
+A small Python job without a repo is prepared, and collected when what its run left is
+small, on the loop's thread instead (`aexec._pipeline.small`).
+
 What the run needs warm (its fork server, the repo's bytecode) is awaited first. A
 refused patch comes back as data (`Outcome.refused`, ``oracle_refused``), and so does the
 scratch root (`Done.scratch`): the caller removes it once the observation is delivered.
@@ -63,6 +66,7 @@ from .cache import in_thread
 from .canary import canary_args, place
 from .rebuild import Rebuild, carry_base, plan_rebuild, rebuild
 from .session import Job, Session
+from .small import small_job, small_result
 
 
 def _reset(repo: str, work: str, paths: list[str]) -> None:
@@ -188,8 +192,9 @@ async def run(session: Session, job: Job, *, patched: bool) -> Done:
     # A language's suite has no Python to compile ahead.
     bytecode = None if repo is None or job.lang is not None else await session.bytecode(repo, job.tool)
     session.runs += 1
+    small, args = small_job(job), (session, job, patched, server, bytecode, session.runs)
     with anyio.CancelScope(shield=True):  # a root once made is handed back or removed
-        prep = await anyio.to_thread.run_sync(prepare, session, job, patched, server, bytecode, session.runs)
+        prep = prepare(*args) if small else await anyio.to_thread.run_sync(prepare, *args)
     if prep.invocation is None:
         assert prep.refusal is not None
         return Done(prep.refusal, prep.scratch)
@@ -202,7 +207,10 @@ async def run(session: Session, job: Job, *, patched: bool) -> Done:
         assert prep.invocation is not None
         async with session.slots.slot(prep.invocation.run, job.index):
             raw = await session.execute(job, prep.invocation)
-        outcome = None if raw is None else await in_thread(collect, job, prep, raw)
+        if raw is None or not (small and small_result(job, prep.scratch.root, raw)):
+            outcome = None if raw is None else await in_thread(collect, job, prep, raw)
+        else:
+            outcome = collect(job, prep, raw)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(remove_scratch, prep.scratch)
