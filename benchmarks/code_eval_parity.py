@@ -111,9 +111,10 @@ def hand(escape: str) -> list[Hand]:
             "def add(a, b):\n    return a + b",
             (
                 "passed",
-                "timed out",
-                "the program never ends (a thread loops forever): evaluate records "
-                "'passed' when exec returns, then kills the hung process at timeout + 1 s",
+                "failed: a process was killed by the run's memory cap (cgroup OOM)",
+                "the program never ends (a thread it leaves appends to a list forever): "
+                "evaluate records 'passed' when exec returns, then kills the hung process "
+                "at timeout + 1 s; under aexec the thread reaches the run's memory cap first",
             ),
         ),
         Hand(

@@ -27,6 +27,10 @@ def test_code_eval_has_evaluates_shapes_and_words(tmp_path: Path) -> None:
             "import sys\nsys.exit(0)\ndef add(a, b):\n    return 0",
             "def add(a, b):\n    raise ValueError('nope')",
             f"open({str(escaped)!r}, 'w').write('x')\ndef add(a, b):\n    return a + b",
+            # a thread left allocating without end: killed at the run's memory cap
+            "import threading\nthreading.Thread(target=lambda: [None for _ in iter(int, 1)]).start()\n"
+            "def add(a, b):\n    return a + b",
+            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
         ],
         [
             "def neg(x):\n    return -x",
@@ -41,6 +45,8 @@ def test_code_eval_has_evaluates_shapes_and_words(tmp_path: Path) -> None:
     words = {t: [r["result"] for _, r in rows] for t, rows in results.items()}
     assert words[0][:5] == ["passed", "failed: ", "timed out", "failed: 0", "failed: nope"]
     assert words[0][5].startswith("failed: ") and not escaped.exists()  # the host is not the program's
+    assert words[0][6] == "failed: a process was killed by the run's memory cap (cgroup OOM)", words[0][6]
+    assert words[0][7].startswith("failed: ") and "SIGKILL" in words[0][7], words[0][7]
     assert words[1] == ["passed", "failed: ", "passed", "failed: "]
     for t, rows in results.items():
         assert [cid for cid, _ in rows] == list(range(len(predictions[t])))
@@ -49,5 +55,5 @@ def test_code_eval_has_evaluates_shapes_and_words(tmp_path: Path) -> None:
     # pass@5 needs 5 samples of every task: task 1 has 4, so it is left out, as evaluate does.
     assert set(pass_at_k) == {"pass@1", "pass@2"}
     for k in (1, 2):
-        want = (_closed_form(6, 1, k) + _closed_form(4, 2, k)) / 2
+        want = (_closed_form(8, 1, k) + _closed_form(4, 2, k)) / 2
         assert math.isclose(pass_at_k[f"pass@{k}"], want)

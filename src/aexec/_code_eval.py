@@ -6,7 +6,8 @@ what ``evaluate.load("code_eval").compute`` takes (the candidates of each task, 
 test program) and returns the same shapes: ``({"pass@k": mean, ...}, results)``, where
 ``results[task_id]`` lists ``(completion_id, {"task_id", "passed", "result",
 "completion_id"})`` in completion order and ``result`` is ``"passed"``, ``"timed out"``
-or ``"failed: <the exception's message>"``, as ``evaluate`` words them. Each program
+or ``"failed: <the exception's message>"``, as ``evaluate`` words them (a program
+killed, at its memory cap or by a signal, fails with what killed it). Each program
 (candidate, a newline, its test) is one ``run_entry`` snippet observed by aexec: in its
 own scratch root and boundary, killed at ``timeout`` seconds of wall clock, at most
 ``num_workers`` at once. It needs no ``HF_ALLOW_CODE_EVAL``: nothing runs unisolated.
@@ -45,6 +46,8 @@ def _result(obs: ExecutionObservation, token: str) -> str:
     if obs.exception is not None:  # "Type: message" or "Type": evaluate says the message
         _, _, message = obs.exception.partition(": ")
         return f"failed: {message}"
+    if obs.exit_code is None and obs.failure is not None:  # killed: its memory cap, a signal
+        return f"failed: {obs.failure.message}"
     return f"failed: {obs.exit_code}"  # a SystemExit's code, as str(SystemExit(code))
 
 
