@@ -41,7 +41,7 @@ def small_result(job: Job, root: str, raw: RawRun) -> bool:
 
 def small_tree(root: str) -> bool:
     """At most `SMALL_TREE_INODES` inodes in the file system at ``root`` (one ``statvfs``:
-    a run's tmpfs root; a plain directory's file system is never small)."""
+    a run's own tmpfs; a plain directory, without one, counts its whole file system's)."""
     try:
         fs = os.statvfs(root)
     except OSError:
