@@ -51,6 +51,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -354,37 +355,63 @@ def _ratios(got: dict[str, list[dict[str, float]]], floors: list[float]) -> None
         )
 
 
-def ab(this: str, other: str, n: int, rounds: int) -> None:
-    peers = ROOT / "benchmarks" / "peers.py"
+Rows = dict[str, list[dict[str, float]]]
+
+
+def _rounds(
+    this: str,
+    other: str,
+    rounds: int,
+    worker: list[str],
+    line: Callable[[dict[str, float]], str],
+    floor: bool,
+) -> tuple[Rows, list[float]]:
+    """``rounds`` rounds of ``worker`` under each side's ``PYTHONPATH``, the sides'
+    order alternating (with ``floor``, the isolated floor first in each round)."""
     sides = {"this": this, "other": other}
-    got: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+    got: Rows = {k: [] for k in sides}
     floors: list[float] = []
     print(f"load average before {os.getloadavg()}")
     for r in range(rounds):
-        floors.append(_floor_ms())
-        order = list(sides) if r % 2 == 0 else list(reversed(sides))
-        for side in order:
-            row = _worker([str(peers), "--boundary-worker", "whole boundary", str(n)], sides[side])
+        if floor:
+            floors.append(_floor_ms())
+        for side in list(sides) if r % 2 == 0 else list(reversed(sides)):
+            row = _worker(worker, sides[side])
             got[side].append(row)
-            print(
-                f"round {r + 1} {side}: {row['cpu_ms']:.2f} ms CPU per run (server + runs "
-                f"{row['server_ms']:.2f}), {row['rate']:.0f}/s, failures {row['failures']}",
-                flush=True,
-            )
+            print(f"round {r + 1} {side}: {line(row)}", flush=True)
     print(f"load average after {os.getloadavg()}")
-    _ratios(got, floors)
-    for side in sides:
-        rows = got[side]
+    if floor:
+        _ratios(got, floors)
+    return got, floors
+
+
+def _paired(got: Rows, key: str, what: str) -> None:
+    diffs = [a[key] - b[key] for a, b in zip(got["this"], got["other"], strict=True)]
+    print(
+        f"paired difference this - other, {what}: median {statistics.median(diffs):+.2f} ms "
+        f"({sum(d < 0 for d in diffs)} of {len(diffs)} below 0): {', '.join(f'{d:+.2f}' for d in diffs)}"
+    )
+
+
+def ab(this: str, other: str, n: int, rounds: int) -> None:
+    got, _ = _rounds(
+        this,
+        other,
+        rounds,
+        [str(ROOT / "benchmarks" / "peers.py"), "--boundary-worker", "whole boundary", str(n)],
+        lambda row: (
+            f"{row['cpu_ms']:.2f} ms CPU per run (server + runs {row['server_ms']:.2f}), "
+            f"{row['rate']:.0f}/s, failures {row['failures']}"
+        ),
+        floor=True,
+    )
+    for side, rows in got.items():
         print(
             f"{side}: whole tree {statistics.median(r['cpu_ms'] for r in rows):.2f} ms, aexec "
             f"{statistics.median(r['cpu_ms'] - r['server_ms'] for r in rows):.2f} ms, server + runs "
             f"{statistics.median(r['server_ms'] for r in rows):.2f} ms (medians of {len(rows)})"
         )
-    diffs = [a["cpu_ms"] - b["cpu_ms"] for a, b in zip(got["this"], got["other"], strict=True)]
-    print(
-        f"paired difference this - other, whole tree: median {statistics.median(diffs):+.2f} ms "
-        f"({sum(d < 0 for d in diffs)} of {len(diffs)} below 0): {', '.join(f'{d:+.2f}' for d in diffs)}"
-    )
+    _paired(got, "cpu_ms", "whole tree")
 
 
 def serve_worker(n: int) -> None:
@@ -461,55 +488,40 @@ def call_worker(n: int) -> None:
 
 
 def call_ab(this: str, other: str, n: int, rounds: int) -> None:
-    sides = {"this": this, "other": other}
-    got: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
-    print(f"load average before {os.getloadavg()}")
-    for r in range(rounds):
-        for side in list(sides) if r % 2 == 0 else list(reversed(sides)):
-            row = _worker([__file__, "call-worker", str(n)], sides[side])
-            got[side].append(row)
-            print(
-                f"round {r + 1} {side}: {row['process_ms']:.2f} ms CPU per call (loop thread "
-                f"{row['loop_ms']:.2f}), wrong {row['wrong']}",
-                flush=True,
-            )
-    print(f"load average after {os.getloadavg()}")
+    got, _ = _rounds(
+        this,
+        other,
+        rounds,
+        [__file__, "call-worker", str(n)],
+        lambda row: (
+            f"{row['process_ms']:.2f} ms CPU per call (loop thread {row['loop_ms']:.2f}), wrong {row['wrong']}"
+        ),
+        floor=False,
+    )
     for key in ("process_ms", "loop_ms"):
-        diffs = [a[key] - b[key] for a, b in zip(got["this"], got["other"], strict=True)]
         medians = {side: statistics.median(row[key] for row in rows) for side, rows in got.items()}
-        print(
-            f"{key}: this {medians['this']:.2f}, other {medians['other']:.2f} (medians); paired this - other "
-            f"median {statistics.median(diffs):+.2f} ms ({sum(d < 0 for d in diffs)} of {len(diffs)} below 0)"
-        )
+        print(f"{key}: this {medians['this']:.2f}, other {medians['other']:.2f} (medians)")
+        _paired(got, key, key)
 
 
 def serve_ab(this: str, other: str, n: int, rounds: int) -> None:
-    sides = {"this": this, "other": other}
-    got: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
-    floors: list[float] = []
-    print(f"load average before {os.getloadavg()}")
-    for r in range(rounds):
-        floors.append(_floor_ms())
-        for side in list(sides) if r % 2 == 0 else list(reversed(sides)):
-            row = _worker([__file__, "serve-worker", str(n)], sides[side])
-            got[side].append(row)
-            print(
-                f"round {r + 1} {side}: {row['cpu_ms']:.2f} ms CPU per request (serve process "
-                f"{row['serve_ms']:.2f}), {row['rate']:.0f}/s, wrong {row['wrong']}",
-                flush=True,
-            )
-    print(f"load average after {os.getloadavg()}")
-    _ratios(got, floors)
+    got, _ = _rounds(
+        this,
+        other,
+        rounds,
+        [__file__, "serve-worker", str(n)],
+        lambda row: (
+            f"{row['cpu_ms']:.2f} ms CPU per request (serve process {row['serve_ms']:.2f}), "
+            f"{row['rate']:.0f}/s, wrong {row['wrong']}"
+        ),
+        floor=True,
+    )
     for side, rows in got.items():
         print(
             f"{side}: whole tree {statistics.median(r['cpu_ms'] for r in rows):.2f} ms, serve process "
             f"{statistics.median(r['serve_ms'] for r in rows):.2f} ms (medians of {len(rows)})"
         )
-    diffs = [a["cpu_ms"] - b["cpu_ms"] for a, b in zip(got["this"], got["other"], strict=True)]
-    print(
-        f"paired difference this - other, whole tree: median {statistics.median(diffs):+.2f} ms "
-        f"({sum(d < 0 for d in diffs)} of {len(diffs)} below 0): {', '.join(f'{d:+.2f}' for d in diffs)}"
-    )
+    _paired(got, "cpu_ms", "whole tree")
 
 
 def snapshot_cost(root: str, rounds: int) -> None:
