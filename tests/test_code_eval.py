@@ -27,8 +27,9 @@ def test_code_eval_has_evaluates_shapes_and_words(tmp_path: Path) -> None:
             "import sys\nsys.exit(0)\ndef add(a, b):\n    return 0",
             "def add(a, b):\n    raise ValueError('nope')",
             f"open({str(escaped)!r}, 'w').write('x')\ndef add(a, b):\n    return a + b",
-            # a thread left allocating without end: killed at the run's memory cap
-            "import threading\nthreading.Thread(target=lambda: [None for _ in iter(int, 1)]).start()\n"
+            # a thread left allocating a MiB at a time without end: killed at the run's
+            # memory cap (512 MiB) well before the deadline, however loaded the machine
+            "import threading\nthreading.Thread(target=lambda: [b'x' * (1 << 20) for _ in iter(int, 1)]).start()\n"
             "def add(a, b):\n    return a + b",
             "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
         ],
