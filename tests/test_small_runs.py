@@ -1,6 +1,6 @@
 """Issue 42: a small Python job without a repo is prepared (and, when what its run left is
-small, collected) on the loop's thread instead of in a worker thread (`run.small_job`,
-`run.small_result`), and its small scratch root removed there (`small.remove_small`).
+small, collected) on the loop's thread instead of in a worker thread (`small.small_job`,
+`small.small_result`), and its small scratch root removed there (`small.remove_small`).
 Real runs, each observed both ways: the observation must not tell which way it was
 made, and no root is left when the call returns."""
 
@@ -93,7 +93,7 @@ def left_behind(base: Path) -> list[str]:
 async def test_a_small_run_on_the_loop_is_observed_as_in_a_thread(
     on_the_loop: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch, scratch_tmp: Path
 ) -> None:
-    here = await observe_many(CASES, limit=2, on_observation=lambda *_: None)
+    here = await observe_many(CASES, limit=2)
     assert left_behind(scratch_tmp) == []
     assert sorted(on_the_loop) == sorted(
         [("prepare", True)] * 8
@@ -102,7 +102,7 @@ async def test_a_small_run_on_the_loop_is_observed_as_in_a_thread(
         + [("collect", False)] * 3  # fetch_files, 100 files, 100 kB of output
     ), on_the_loop
     monkeypatch.setattr(run, "small_job", lambda *_: False)  # every prepare and collect in a thread
-    threaded = await observe_many(CASES, limit=2, on_observation=lambda *_: None)
+    threaded = await observe_many(CASES, limit=2)
     assert left_behind(scratch_tmp) == []
     assert [seen(o) for o in here] == [seen(o) for o in threaded]
     assert here[0].failure is None and here[1].stdout == "out\n" and "err" in here[1].stderr
