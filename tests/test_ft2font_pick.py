@@ -48,10 +48,12 @@ def _sdist(version: str, files: Mapping[str, str]) -> bytes:
 
 
 def _wheel(so: bytes) -> bytes:
+    """The same bytes every time: the entries carry a fixed date, not the clock's, so a hash
+    taken again later (as a test does) is the index's."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
-        z.writestr(f"matplotlib/{SO}", so)
-        z.writestr("matplotlib/__init__.py", "")
+        z.writestr(zipfile.ZipInfo(f"matplotlib/{SO}", (2023, 1, 1, 0, 0, 0)), so)
+        z.writestr(zipfile.ZipInfo("matplotlib/__init__.py", (2023, 1, 1, 0, 0, 0)), "")
     return out.getvalue()
 
 
