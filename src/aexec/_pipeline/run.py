@@ -207,10 +207,12 @@ async def run(session: Session, job: Job, *, patched: bool) -> Done:
         assert prep.invocation is not None
         async with session.slots.slot(prep.invocation.run, job.index):
             raw = await session.execute(job, prep.invocation)
-        if raw is None or not (small and small_result(job, prep.scratch.root, raw)):
-            outcome = None if raw is None else await in_thread(collect, job, prep, raw)
-        else:
+        if raw is None:
+            outcome = None
+        elif small and small_result(job, prep.scratch.root, raw):
             outcome = collect(job, prep, raw)
+        else:
+            outcome = await in_thread(collect, job, prep, raw)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(remove_scratch, prep.scratch)
