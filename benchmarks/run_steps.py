@@ -342,7 +342,10 @@ def _floor_ms() -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["cpu_ms"])
 
 
-def _ratios(got: dict[str, list[dict[str, float]]], floors: list[float]) -> None:
+Rows = dict[str, list[dict[str, float]]]
+
+
+def _ratios(got: Rows, floors: list[float]) -> None:
     """Each side's whole tree against the floor measured in the same round."""
     print(
         f"the floor, per round: {', '.join(f'{f:.2f}' for f in floors)} ms (median {statistics.median(floors):.2f})"
@@ -355,9 +358,6 @@ def _ratios(got: dict[str, list[dict[str, float]]], floors: list[float]) -> None
         )
 
 
-Rows = dict[str, list[dict[str, float]]]
-
-
 def _rounds(
     this: str,
     other: str,
@@ -365,7 +365,7 @@ def _rounds(
     worker: list[str],
     line: Callable[[dict[str, float]], str],
     floor: bool,
-) -> tuple[Rows, list[float]]:
+) -> Rows:
     """``rounds`` rounds of ``worker`` under each side's ``PYTHONPATH``, the sides'
     order alternating (with ``floor``, the isolated floor first in each round)."""
     sides = {"this": this, "other": other}
@@ -382,7 +382,16 @@ def _rounds(
     print(f"load average after {os.getloadavg()}")
     if floor:
         _ratios(got, floors)
-    return got, floors
+    return got
+
+
+def _medians(got: Rows, columns: dict[str, Callable[[dict[str, float]], float]]) -> None:
+    """Each side's median of each column, a line a side."""
+    for side, rows in got.items():
+        cells = ", ".join(
+            f"{name} {statistics.median(f(r) for r in rows):.2f} ms" for name, f in columns.items()
+        )
+        print(f"{side}: {cells} (medians of {len(rows)})")
 
 
 def _paired(got: Rows, key: str, what: str) -> None:
@@ -394,7 +403,7 @@ def _paired(got: Rows, key: str, what: str) -> None:
 
 
 def ab(this: str, other: str, n: int, rounds: int) -> None:
-    got, _ = _rounds(
+    got = _rounds(
         this,
         other,
         rounds,
@@ -405,12 +414,14 @@ def ab(this: str, other: str, n: int, rounds: int) -> None:
         ),
         floor=True,
     )
-    for side, rows in got.items():
-        print(
-            f"{side}: whole tree {statistics.median(r['cpu_ms'] for r in rows):.2f} ms, aexec "
-            f"{statistics.median(r['cpu_ms'] - r['server_ms'] for r in rows):.2f} ms, server + runs "
-            f"{statistics.median(r['server_ms'] for r in rows):.2f} ms (medians of {len(rows)})"
-        )
+    _medians(
+        got,
+        {
+            "whole tree": lambda r: r["cpu_ms"],
+            "aexec": lambda r: r["cpu_ms"] - r["server_ms"],
+            "server + runs": lambda r: r["server_ms"],
+        },
+    )
     _paired(got, "cpu_ms", "whole tree")
 
 
@@ -488,7 +499,7 @@ def call_worker(n: int) -> None:
 
 
 def call_ab(this: str, other: str, n: int, rounds: int) -> None:
-    got, _ = _rounds(
+    got = _rounds(
         this,
         other,
         rounds,
@@ -498,14 +509,13 @@ def call_ab(this: str, other: str, n: int, rounds: int) -> None:
         ),
         floor=False,
     )
-    for key in ("process_ms", "loop_ms"):
-        medians = {side: statistics.median(row[key] for row in rows) for side, rows in got.items()}
-        print(f"{key}: this {medians['this']:.2f}, other {medians['other']:.2f} (medians)")
-        _paired(got, key, key)
+    _medians(got, {"process": lambda r: r["process_ms"], "loop thread": lambda r: r["loop_ms"]})
+    _paired(got, "process_ms", "process")
+    _paired(got, "loop_ms", "loop thread")
 
 
 def serve_ab(this: str, other: str, n: int, rounds: int) -> None:
-    got, _ = _rounds(
+    got = _rounds(
         this,
         other,
         rounds,
@@ -516,11 +526,7 @@ def serve_ab(this: str, other: str, n: int, rounds: int) -> None:
         ),
         floor=True,
     )
-    for side, rows in got.items():
-        print(
-            f"{side}: whole tree {statistics.median(r['cpu_ms'] for r in rows):.2f} ms, serve process "
-            f"{statistics.median(r['serve_ms'] for r in rows):.2f} ms (medians of {len(rows)})"
-        )
+    _medians(got, {"whole tree": lambda r: r["cpu_ms"], "serve process": lambda r: r["serve_ms"]})
     _paired(got, "cpu_ms", "whole tree")
 
 
